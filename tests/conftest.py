@@ -1,0 +1,47 @@
+"""Shared fixtures: one tiny random checkpoint per test run, the reference model on it."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+warnings.filterwarnings("ignore", message=".*ffmpeg.*")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+SAMPLE_RATE = 24000
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory) -> Path:
+    from server.checkpoint import make_checkpoint
+
+    return make_checkpoint("tiny", tmp_path_factory.mktemp("ckpt") / "tiny", seed=0)
+
+
+@pytest.fixture(scope="session")
+def reference_model(tiny_checkpoint):
+    """The reference `OmniVoice`, loaded by its own `from_pretrained`, float32 on CPU."""
+    from server.checkpoint import load_omnivoice
+
+    return load_omnivoice(str(tiny_checkpoint), "cpu", "float32")
+
+
+def make_reference_clip(seconds: float = 2.0, sample_rate: int = 16000, seed: int = 7) -> np.ndarray:
+    """A speech-like test clip: a gliding harmonic tone with syllable-rate amplitude bursts."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(seconds * sample_rate)) / sample_rate
+    f0 = 140 + 30 * np.sin(2 * np.pi * 0.7 * t)
+    phase = 2 * np.pi * np.cumsum(f0) / sample_rate
+    voice = sum(np.sin(k * phase) / k for k in range(1, 6))
+    envelope = np.clip(np.sin(2 * np.pi * 3.0 * t), 0, None) ** 0.5
+    clip = 0.3 * voice * envelope + 0.003 * rng.standard_normal(t.shape)
+    return clip.astype(np.float32)
+
+
+@pytest.fixture(scope="session")
+def reference_clip() -> tuple[np.ndarray, int]:
+    return make_reference_clip(), 16000
