@@ -1,0 +1,133 @@
+"""One step's packed inputs: every admitted canvas end to end in a single ragged row.
+
+A request in a step becomes two documents, its conditional canvas and its CFG
+counterpart (only the target region), or one document when its guidance is 0. Documents
+are laid out `[cond_0, uncond_0, cond_1, ...]` and kept apart by the attention backend's
+`doc_lens`, not by a mask, so there are no pad positions at all. Positions restart at 0
+in every document: without that, RoPE would read a later document as a continuation of
+the previous one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class CanvasItem:
+    """One utterance's contribution to a step.
+
+    `prefix_ids` is [C, N]: style tokens, text tokens, then reference audio tokens when
+    cloning. `tokens` is [C, T], the live target canvas (MASK at step 0, fully revealed
+    after the last step); it is updated in place by the sampler between steps.
+    """
+
+    item_id: str
+    prefix_ids: torch.Tensor
+    prefix_audio_mask: torch.Tensor
+    tokens: torch.Tensor
+    guidance_scale: float
+
+    @property
+    def does_cfg(self) -> bool:
+        return self.guidance_scale != 0
+
+    @property
+    def prefix_len(self) -> int:
+        return int(self.prefix_ids.shape[1])
+
+    @property
+    def target_len(self) -> int:
+        return int(self.tokens.shape[1])
+
+    @property
+    def cond_len(self) -> int:
+        return self.prefix_len + self.target_len
+
+    @property
+    def packed_len(self) -> int:
+        """Tokens this item adds to a step: its budget cost."""
+        return self.cond_len + (self.target_len if self.does_cfg else 0)
+
+
+@dataclass
+class PackedCanvas:
+    """The packed row of one step, plus the index that gathers the logits it reads.
+
+    `tgt_index` lists, in order, every item's conditional target positions and then the
+    unconditional target positions of the items doing CFG. Only those rows go through
+    `audio_heads` and the float32 upcast: prefix logits are never read.
+    """
+
+    packed_ids: torch.Tensor  # [C, S] long
+    audio_mask: torch.Tensor  # [S] bool
+    position_ids: torch.Tensor  # [S] long
+    doc_lens: list[int]
+    tgt_index: torch.Tensor  # [S_t] long
+    items: list[CanvasItem]
+    cond_offsets: list[int]  # per item: start of its cond target block within tgt rows
+    uncond_offsets: list[int | None]  # per item: start of its uncond block, None without CFG
+
+    @property
+    def total_len(self) -> int:
+        return int(self.packed_ids.shape[1])
+
+    def slice_logits(self, logits: torch.Tensor, index: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Conditional and unconditional target logits ([T, C, V]) of item `index`."""
+        item = self.items[index]
+        start = self.cond_offsets[index]
+        cond = logits[start : start + item.target_len]
+        u_start = self.uncond_offsets[index]
+        uncond = None if u_start is None else logits[u_start : u_start + item.target_len]
+        return cond, uncond
+
+
+def build_packed_canvas(items: list[CanvasItem], device: torch.device | str) -> PackedCanvas:
+    """Pack a step's items into one ragged row (no padding)."""
+    ids_parts: list[torch.Tensor] = []
+    mask_parts: list[torch.Tensor] = []
+    doc_lens: list[int] = []
+    cond_tgt: list[torch.Tensor] = []
+    uncond_tgt: list[torch.Tensor] = []
+    offset = 0
+    for item in items:
+        t_len = item.target_len
+        ids_parts += [item.prefix_ids, item.tokens]
+        mask_parts.append(item.prefix_audio_mask)
+        mask_parts.append(torch.ones(t_len, dtype=torch.bool, device=device))
+        doc_lens.append(item.cond_len)
+        cond_tgt.append(torch.arange(offset + item.prefix_len, offset + item.cond_len, device=device))
+        offset += item.cond_len
+        if item.does_cfg:
+            ids_parts.append(item.tokens)
+            mask_parts.append(torch.ones(t_len, dtype=torch.bool, device=device))
+            doc_lens.append(t_len)
+            uncond_tgt.append(torch.arange(offset, offset + t_len, device=device))
+            offset += t_len
+
+    cond_offsets: list[int] = []
+    uncond_offsets: list[int | None] = []
+    row = 0
+    for item in items:
+        cond_offsets.append(row)
+        row += item.target_len
+    for item in items:
+        if item.does_cfg:
+            uncond_offsets.append(row)
+            row += item.target_len
+        else:
+            uncond_offsets.append(None)
+
+    position_ids = torch.cat([torch.arange(n, device=device) for n in doc_lens])
+    return PackedCanvas(
+        packed_ids=torch.cat(ids_parts, dim=1),
+        audio_mask=torch.cat(mask_parts),
+        position_ids=position_ids,
+        doc_lens=doc_lens,
+        tgt_index=torch.cat(cond_tgt + uncond_tgt),
+        items=items,
+        cond_offsets=cond_offsets,
+        uncond_offsets=uncond_offsets,
+    )

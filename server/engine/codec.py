@@ -1,0 +1,55 @@
+"""The audio codec side: decode finished canvases, post-process, encode reference voices.
+
+Each finished chunk is decoded on its own. Batching clips of different lengths would need
+padding, and a padded convolutional decode changes the samples near each clip's end, so a
+seeded request would no longer sound the same alone and in a crowd.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from server.engine.types import RequestRejected, VoicePrompt
+from server.engine.upstream_names import cross_fade_chunks
+
+
+class Codec:
+    def __init__(self, model):
+        self.model = model
+        self.sample_rate: int = model.sampling_rate
+
+    @torch.inference_mode()
+    def decode(self, tokens: torch.Tensor) -> np.ndarray:
+        """(C, T) tokens -> (1, N) float32 waveform, as the reference decodes."""
+        codec = self.model.audio_tokenizer
+        audio = codec.decode(tokens.to(codec.device).unsqueeze(0)).audio_values[0]
+        return audio.float().cpu().numpy()
+
+    def post_process(self, audio: np.ndarray, ref_rms: float | None, postprocess: bool) -> np.ndarray:
+        """The reference's `_post_process_audio` (silence removal, loudness, fade and pad)."""
+        from omnivoice.models.omnivoice import OmniVoiceGenerationConfig
+
+        config = OmniVoiceGenerationConfig(postprocess_output=postprocess)
+        out = self.model._post_process_audio(audio, ref_rms=ref_rms, gen_config=config)
+        return np.ascontiguousarray(out.squeeze(0), dtype=np.float32)
+
+    def join(self, chunks: list[np.ndarray]) -> np.ndarray:
+        """Chunks cross-faded exactly as the reference joins long text."""
+        return cross_fade_chunks(chunks, self.sample_rate)
+
+    @torch.inference_mode()
+    def encode_voice(self, audio: np.ndarray, sample_rate: int, text: str | None) -> VoicePrompt:
+        """The reference's `create_voice_clone_prompt`: resample, RMS boost, silence trim,
+        punctuation, codec encode."""
+        if text is None and getattr(self.model, "_asr_pipe", None) is None:
+            raise RequestRejected(
+                "text: a transcript is required (this server runs without an ASR model)", field="text"
+            )
+        waveform = torch.from_numpy(np.ascontiguousarray(audio, dtype=np.float32))
+        try:
+            prompt = self.model.create_voice_clone_prompt((waveform, sample_rate), ref_text=text)
+        except ValueError as exc:  # e.g. nothing left after silence removal
+            raise RequestRejected(f"audio: {exc}", field="audio") from exc
+        return VoicePrompt(tokens=prompt.ref_audio_tokens.detach().cpu(), text=prompt.ref_text,
+                           rms=float(prompt.ref_rms))

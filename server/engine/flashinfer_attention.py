@@ -1,0 +1,171 @@
+"""FlashInfer attention (CUDA): ragged, non-causal, planned once per step for every layer.
+
+Documents of a packed row are told apart by the plan's `qo_indptr`/`kv_indptr` (the same
+array twice: every document attends to exactly itself), never by a mask. The indptr is a
+CPU int32 tensor: a GPU one would force a device-to-host sync inside `plan`.
+
+Two hazards of FlashInfer's planner that this module handles:
+- `plan` fills a page-locked host buffer and then enqueues a copy of it to the device. If the
+  host re-plans the same wrapper before the GPU executed the previous copy (the host running
+  a step ahead, which is the whole point of an asynchronous step loop), the pending copy would
+  read the new plan. Plans therefore alternate between two wrappers, and each waits (on an
+  event recorded right after its previous plan) only until its own previous copy ran.
+- A CUDA graph bakes the plan's layout (work-list offsets, grid) into the captured launch, so
+  a graph needs a wrapper in FlashInfer's CUDA-graph mode: fixed document count, fixed maximum
+  rows, indptr in static device buffers. `GraphPlanner` is that, one per captured bucket.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+
+log = logging.getLogger(__name__)
+
+FLASHINFER_VERSION = "0.6.15.post1"
+# Every FlashInfer name Chorus calls: (module, attribute).
+REQUIRED_NAMES: tuple[tuple[str, str], ...] = (
+    ("flashinfer", "BatchPrefillWithRaggedKVCacheWrapper"),
+    ("flashinfer.norm", "rmsnorm"),
+    ("flashinfer.norm", "fused_add_rmsnorm"),
+    ("flashinfer.rope", "apply_rope_pos_ids_inplace"),
+    ("flashinfer.activation", "silu_and_mul"),
+)
+WORKSPACE_BYTES = 128 * 1024 * 1024
+
+
+class FlashInferMissing(ImportError):
+    """FlashInfer is absent, or lacks a name Chorus calls."""
+
+
+def check_flashinfer() -> str:
+    """Boot check: import FlashInfer and verify every name Chorus uses; returns its version.
+
+    Raises `FlashInferMissing` naming what is absent, so an upgrade that moved a name fails
+    at start-up (and `auto` falls back to the torch path, logged) instead of mid-request.
+    """
+    import importlib
+
+    try:
+        import flashinfer
+    except Exception as exc:  # ImportError, or a CUDA/ABI error raised while importing
+        raise FlashInferMissing(f"flashinfer does not import: {exc}") from exc
+    missing = []
+    for module_name, attr in REQUIRED_NAMES:
+        try:
+            module = importlib.import_module(module_name)
+        except Exception as exc:
+            missing.append(f"{module_name} ({exc})")
+            continue
+        if not hasattr(module, attr):
+            missing.append(f"{module_name}.{attr}")
+    if missing:
+        raise FlashInferMissing(
+            "the installed flashinfer lacks names Chorus calls: " + ", ".join(missing)
+            + f" (Chorus is built against flashinfer-python=={FLASHINFER_VERSION})"
+        )
+    version = getattr(flashinfer, "__version__", "unknown")
+    if version != FLASHINFER_VERSION:
+        log.warning("flashinfer %s found; Chorus is measured with %s", version, FLASHINFER_VERSION)
+    return version
+
+
+def doc_indptr(doc_lens: list[int]) -> torch.Tensor:
+    """CPU int32 prefix sums [0, l0, l0+l1, ...]: FlashInfer's ragged indptr."""
+    out = torch.zeros(len(doc_lens) + 1, dtype=torch.int32)
+    if doc_lens:
+        torch.cumsum(torch.tensor(doc_lens, dtype=torch.int32), 0, out=out[1:])
+    return out
+
+
+def _backend_for(device: torch.device) -> str:
+    # The prebuilt kernels Chorus ships for Hopper are FA3 ("_sm90") modules; elsewhere let
+    # FlashInfer choose (it compiles what it picks on first use).
+    major, _ = torch.cuda.get_device_capability(device)
+    return "fa3" if major == 9 else "auto"
+
+
+@dataclass
+class _Slot:
+    wrapper: object
+    planned: torch.cuda.Event | None = None
+
+
+class FlashInferAttention:
+    """The AttentionBackend protocol on FlashInfer's ragged prefill kernel (NHD layout)."""
+
+    name = "flashinfer"
+
+    def __init__(self, device: torch.device, dtype: torch.dtype, scale: float,
+                 num_q_heads: int, num_kv_heads: int, head_dim: int):
+        check_flashinfer()
+        import flashinfer
+
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.scale = scale
+        self.num_q_heads, self.num_kv_heads, self.head_dim = num_q_heads, num_kv_heads, head_dim
+        self.backend = _backend_for(self.device)
+        # One float workspace serves every wrapper: they run one after another on one stream.
+        self.workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=self.device)
+        self._slots = [
+            _Slot(flashinfer.BatchPrefillWithRaggedKVCacheWrapper(self.workspace, "NHD", backend=self.backend))
+            for _ in range(2)
+        ]
+        self._next = 0
+
+    def _plan_wrapper(self, wrapper, indptr: torch.Tensor) -> None:
+        wrapper.plan(
+            indptr, indptr, self.num_q_heads, self.num_kv_heads, self.head_dim,
+            causal=False, sm_scale=self.scale, q_data_type=self.dtype, kv_data_type=self.dtype,
+        )
+
+    def plan(self, doc_lens: list[int]) -> object:
+        slot = self._slots[self._next]
+        self._next ^= 1
+        if slot.planned is not None:
+            slot.planned.synchronize()  # its previous host->device plan copy has run
+        self._plan_wrapper(slot.wrapper, doc_indptr(doc_lens))
+        if slot.planned is None:
+            slot.planned = torch.cuda.Event()
+        slot.planned.record()
+        return slot.wrapper
+
+    def attend(self, plan, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               out: torch.Tensor | None = None) -> torch.Tensor:
+        return plan.run(q, k, v, out=out)
+
+    def graph_planner(self, num_docs: int, max_rows: int) -> "GraphPlanner":
+        return GraphPlanner(self, num_docs, max_rows)
+
+
+class GraphPlanner:
+    """A FlashInfer wrapper in CUDA-graph mode for exactly `num_docs` documents and
+    `max_rows` packed rows: plan it (outside the graph) before every replay."""
+
+    def __init__(self, attn: FlashInferAttention, num_docs: int, max_rows: int):
+        import flashinfer
+
+        self.attn = attn
+        self.num_docs, self.max_rows = num_docs, max_rows
+        self.qo_indptr = torch.zeros(num_docs + 1, dtype=torch.int32, device=attn.device)
+        self.kv_indptr = torch.zeros(num_docs + 1, dtype=torch.int32, device=attn.device)
+        self.wrapper = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(
+            attn.workspace, "NHD", use_cuda_graph=True, qo_indptr_buf=self.qo_indptr,
+            kv_indptr_buf=self.kv_indptr, backend=attn.backend,
+        )
+        self._planned: torch.cuda.Event | None = None
+
+    def plan(self, doc_lens: list[int]) -> object:
+        if len(doc_lens) != self.num_docs or sum(doc_lens) != self.max_rows:
+            raise ValueError(f"graph plan wants {self.num_docs} documents over {self.max_rows} rows, "
+                             f"got {len(doc_lens)} over {sum(doc_lens)}")
+        if self._planned is not None:
+            self._planned.synchronize()
+        self.attn._plan_wrapper(self.wrapper, doc_indptr(doc_lens))
+        if self._planned is None:
+            self._planned = torch.cuda.Event()
+        self._planned.record()
+        return self.wrapper

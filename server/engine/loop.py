@@ -1,0 +1,375 @@
+"""The engine: one thread per device that owns all torch state and runs diffusion steps.
+
+Any thread may `submit`, `cancel` or `encode_voice`; those become commands on a queue that
+the engine thread drains between steps. Each step: admit (scheduler) -> pack
+(`build_packed_canvas`) -> one forward (backbone) -> unmask (sampler) -> finished chunks
+are decoded and post-processed -> events go to each request's sink. Requests join and
+leave only at step boundaries.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from server.config import EngineSettings
+from server.engine.attention import make_attention_backend
+from server.engine.backbone import OmniVoiceBackbone
+from server.engine.canvas import build_packed_canvas
+from server.engine.codec import Codec
+from server.engine.request import (
+    RequestState,
+    Utterance,
+    build_utterance,
+    packed_len_of,
+    plan_request,
+)
+from server.engine.sampler import Sampler
+from server.engine.scheduler import Scheduler, StepLog, StepRecord
+from server.engine.types import (
+    Accepted,
+    ChunkAudio,
+    ChunkTokens,
+    EngineEvent,
+    EventSink,
+    Finished,
+    Progress,
+    RequestRejected,
+    SynthesisRequest,
+    VoicePrompt,
+)
+
+log = logging.getLogger("chorus.engine")
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    name: str
+    waiting_items: int
+    running_items: int
+    requests_inflight: int
+    steps_total: int
+    packed_tokens_last_step: int
+    step_seconds_last: float
+    outstanding_work: int  # packed tokens x steps still to run: the routing load signal
+
+
+@dataclass(frozen=True)
+class _Submit:
+    state: RequestState
+
+
+@dataclass(frozen=True)
+class _Cancel:
+    request_id: str
+
+
+@dataclass(frozen=True)
+class _EncodeVoice:
+    audio: np.ndarray
+    sample_rate: int
+    text: str | None
+    future: Future
+
+
+class _Wake:
+    pass
+
+
+def _is_oom(exc: BaseException) -> bool:
+    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
+
+
+class EngineLoop:
+    def __init__(self, model, settings: EngineSettings, name: str = "engine0", *,
+                 model_name: str = "omnivoice", random_checkpoint: bool = False):
+        self.model = model
+        self.settings = settings
+        self.name = name
+        self.model_name = model_name
+        self.is_random_checkpoint = random_checkpoint
+        self.device = model.audio_heads.weight.device
+        llm_cfg = model.llm.config
+        head_dim = getattr(llm_cfg, "head_dim", llm_cfg.hidden_size // llm_cfg.num_attention_heads)
+        attention = make_attention_backend(
+            settings.attention, self.device, model.audio_heads.weight.dtype, head_dim**-0.5,
+            llm_cfg.num_attention_heads, llm_cfg.num_key_value_heads, head_dim,
+        )
+        self.backbone = self._make_backbone(attention)
+        log.info("%s: %s attention on %s", name, attention.name, self.device)
+        self.sampler = Sampler(model.config.audio_mask_id, model.config.num_audio_codebook, self.device)
+        self.scheduler = Scheduler(settings.max_batch_size, settings.max_packed_tokens)
+        self.codec = Codec(model)
+        self.frame_rate: int = model.audio_tokenizer.config.frame_rate
+        self.sample_rate: int = model.sampling_rate
+        self.step_log = StepLog()
+        self._commands: queue.SimpleQueue = queue.SimpleQueue()
+        self._states: dict[str, RequestState] = {}
+        self._live_ids: set[str] = set()
+        self._lock = threading.Lock()
+        self._seq = 0
+        self._steps = 0
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self.ready = False
+
+    def _make_backbone(self, attention):
+        try:
+            from server.engine.fused_backbone import make_backbone
+        except ImportError:
+            return OmniVoiceBackbone(self.model, attention)
+        return make_backbone(self.model, attention)
+
+    @classmethod
+    def load(cls, model_path: str, settings: EngineSettings, name: str = "engine0") -> "EngineLoop":
+        """Load a checkpoint through the reference's `from_pretrained` and wrap it."""
+        from server.checkpoint import is_random_checkpoint, load_omnivoice
+
+        model = load_omnivoice(model_path, settings.device, settings.dtype)
+        random_ckpt = is_random_checkpoint(model_path)
+        model_name = "omnivoice-random-demo" if random_ckpt else model_path.rstrip("/").split("/")[-1]
+        return cls(model, settings, name, model_name=model_name, random_checkpoint=random_ckpt)
+
+    # ---- any thread -----------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=f"chorus-{self.name}", daemon=True)
+        self._thread.start()
+        self.ready = True
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop stepping; every request still in flight ends with `cancelled`."""
+        self.ready = False
+        self._stopping.set()
+        self._commands.put(_Wake())
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def submit(self, request: SynthesisRequest, sink: EventSink) -> Accepted:
+        """Validate and plan on the caller's thread, then queue for the engine thread."""
+        if self._stopping.is_set():
+            raise RequestRejected("the engine is shutting down", code="busy")
+        plan = plan_request(self.model, request, self.frame_rate)
+        seed = request.options.seed
+        if seed is None:
+            seed = int.from_bytes(os.urandom(8), "little")
+        with self._lock:
+            if request.request_id in self._live_ids:
+                raise RequestRejected(f"id: {request.request_id!r} is already in flight", field="id",
+                                      code="duplicate_id")
+            seq = self._seq
+            self._seq += 1
+        state = RequestState(request=request, plan=plan, sink=sink, seq=seq, seed=seed & ((1 << 64) - 1))
+        for index in range(state.num_chunks):
+            need = packed_len_of(self.model, state, index)
+            if not self.scheduler.fits_alone(need):
+                raise RequestRejected(
+                    f"text: chunk {index} needs {need} packed tokens, over this server's budget of "
+                    f"{self.scheduler.max_packed_tokens} (shorten the text or lower duration)",
+                    field="text",
+                )
+        with self._lock:
+            if request.request_id in self._live_ids:
+                raise RequestRejected(f"id: {request.request_id!r} is already in flight", field="id",
+                                      code="duplicate_id")
+            self._live_ids.add(request.request_id)
+        self._commands.put(_Submit(state))
+        return Accepted(request.request_id, state.num_chunks,
+                        [round(c.target_len / self.frame_rate, 3) for c in plan.chunks])
+
+    def cancel(self, request_id: str) -> None:
+        self._commands.put(_Cancel(request_id))
+
+    def encode_voice(self, audio: np.ndarray, sample_rate: int, text: str | None) -> Future:
+        future: Future = Future()
+        self._commands.put(_EncodeVoice(audio, sample_rate, text, future))
+        return future
+
+    def stats(self) -> EngineStats:
+        last = self.step_log[-1] if self.step_log else None
+        running = list(self.scheduler.running)
+        waiting = [w.utt for w in self.scheduler.waiting]
+        work = sum(u.packed_len * (u.num_step - u.step) for u in running + waiting)
+        return EngineStats(
+            name=self.name,
+            waiting_items=len(waiting),
+            running_items=len(running),
+            requests_inflight=len(self._live_ids),
+            steps_total=self._steps,
+            packed_tokens_last_step=last.packed_tokens if last else 0,
+            step_seconds_last=last.seconds if last else 0.0,
+            outstanding_work=work,
+        )
+
+    # ---- engine thread ----------------------------------------------------------------
+
+    def _run(self) -> None:
+        torch.set_grad_enabled(False)
+        while not self._stopping.is_set():
+            self._drain_commands(block=len(self.scheduler) == 0)
+            if self._stopping.is_set():
+                break
+            if len(self.scheduler):
+                self._step()
+        self._drain_commands(block=False)
+        for state in list(self._states.values()):
+            self._finish(state, "cancelled", "the server is shutting down")
+
+    def _drain_commands(self, block: bool) -> None:
+        while True:
+            try:
+                command = self._commands.get(timeout=0.25) if block else self._commands.get_nowait()
+            except queue.Empty:
+                return
+            block = False
+            if isinstance(command, _Submit):
+                self._admit(command.state)
+            elif isinstance(command, _Cancel):
+                state = self._states.get(command.request_id)
+                if state is not None:
+                    self._finish(state, "cancelled")
+            elif isinstance(command, _EncodeVoice):
+                self._encode(command)
+
+    def _encode(self, command: _EncodeVoice) -> None:
+        if not command.future.set_running_or_notify_cancel():
+            return
+        try:
+            command.future.set_result(self.codec.encode_voice(command.audio, command.sample_rate, command.text))
+        except Exception as exc:  # noqa: BLE001 - handed to the caller
+            command.future.set_exception(exc)
+
+    def _admit(self, state: RequestState) -> None:
+        self._states[state.request_id] = state
+        first = 1 if state.plan.chained else state.num_chunks
+        try:
+            for index in range(first):
+                self.scheduler.add(build_utterance(self.model, state, index, state.request.voice, self.device))
+        except Exception as exc:  # noqa: BLE001 - isolate to this request
+            log.exception("request %s: building its canvas failed", state.request_id)
+            self._finish(state, "error", f"building the canvas failed: {exc}")
+
+    def _step(self) -> None:
+        utts, admitted = self.scheduler.schedule()
+        if not utts:
+            return
+        now = time.perf_counter()
+        for utt in utts:
+            if utt.state.started_at is None:
+                utt.state.started_at = now
+        self._run_step(utts)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self._steps += 1
+        self.step_log.append(StepRecord(self._steps, len(utts), sum(u.packed_len for u in utts),
+                                        time.perf_counter() - now, admitted))
+
+    def _run_step(self, utts: list[Utterance]) -> None:
+        """One step for `utts`; on failure, split the batch to isolate the culprit."""
+        try:
+            canvas = build_packed_canvas([u.item for u in utts], self.device)
+            logits = self.backbone(canvas)
+            finite = self.sampler.step(logits, canvas, utts)
+        except Exception as exc:  # noqa: BLE001 - isolate to the item(s) at fault
+            if _is_oom(exc) and self.device.type == "cuda":
+                torch.cuda.empty_cache()
+            if len(utts) == 1:
+                log.exception("request %s: step failed", utts[0].state.request_id)
+                self._finish(utts[0].state, "error", f"the engine failed on this request: {exc}")
+                return
+            log.warning("step of %d items failed (%s); retrying in halves", len(utts), exc)
+            half = len(utts) // 2
+            self._run_step(utts[:half])
+            self._run_step(utts[half:])
+            return
+        done: list[Utterance] = []
+        for utt, ok in zip(utts, finite):
+            state = utt.state
+            if state.finished:
+                continue
+            if not ok:
+                self._finish(state, "error", "the model produced non-finite logits for this request")
+                continue
+            utt.step += 1
+            state.steps_done += 1
+            self._emit(state, Progress(state.request_id, utt.chunk_index, utt.step, utt.num_step,
+                                       round(state.steps_done / state.total_steps, 4)))
+            if utt.finished:
+                done.append(utt)
+        self.scheduler.retire(done)
+        for utt in done:
+            if not utt.state.finished:
+                self._complete_chunk(utt)
+
+    def _complete_chunk(self, utt: Utterance) -> None:
+        state = utt.state
+        index = utt.chunk_index
+        tokens = utt.item.tokens
+        self._emit(state, ChunkTokens(state.request_id, index, tokens.cpu().numpy()))
+        try:
+            if state.plan.chained and index == 0:
+                chunk0 = VoicePrompt(tokens=tokens, text=state.plan.chunks[0].text, rms=0.0)
+                for later in range(1, state.num_chunks):
+                    self.scheduler.add(build_utterance(self.model, state, later, chunk0, self.device))
+            raw = self.codec.decode(tokens)
+            self._deliver_audio(state, index, raw)
+        except Exception as exc:  # noqa: BLE001 - isolate to this request
+            log.exception("request %s: finishing chunk %d failed", state.request_id, index)
+            self._finish(state, "error", f"decoding failed: {exc}")
+
+    def _deliver_audio(self, state: RequestState, index: int, raw: np.ndarray) -> None:
+        request = state.request
+        rms = request.voice.rms if request.voice else None
+        if request.stream == "whole":
+            state.raw_audio[index] = raw
+            if len(state.raw_audio) < state.num_chunks:
+                return
+            joined = self.codec.join([state.raw_audio[i] for i in range(state.num_chunks)])
+            audio = self.codec.post_process(joined, rms, request.options.postprocess)
+            self._send_audio(state, 0, audio, final=True)
+        else:
+            audio = self.codec.post_process(raw, rms, request.options.postprocess)
+            state.raw_audio[index] = None
+            self._send_audio(state, index, audio, final=index == state.num_chunks - 1)
+        if len(state.raw_audio) == state.num_chunks:
+            self._finish(state, "done")
+
+    def _send_audio(self, state: RequestState, chunk: int, audio: np.ndarray, final: bool) -> None:
+        if state.first_audio_at is None:
+            state.first_audio_at = time.perf_counter()
+        state.audio_samples += int(audio.shape[-1])
+        self._emit(state, ChunkAudio(state.request_id, chunk, audio, self.sample_rate, final))
+
+    def _finish(self, state: RequestState, outcome: str, message: str | None = None) -> None:
+        if state.finished:
+            return
+        state.finished = True
+        self.scheduler.drop_request(state.request_id)
+        self._states.pop(state.request_id, None)
+        with self._lock:
+            self._live_ids.discard(state.request_id)
+        now = time.perf_counter()
+        ms = lambda t: round((t - state.submitted_at) * 1000.0, 3)  # noqa: E731
+        self._emit(state, Finished(
+            request_id=state.request_id,
+            outcome=outcome,  # type: ignore[arg-type]
+            message=message,
+            audio_seconds=round(state.audio_samples / self.sample_rate, 4),
+            queue_ms=ms(state.started_at) if state.started_at else ms(now),
+            first_audio_ms=ms(state.first_audio_at) if state.first_audio_at else None,
+            total_ms=ms(now),
+        ))
+
+    def _emit(self, state: RequestState, event: EngineEvent) -> None:
+        try:
+            state.sink(event)  # type: ignore[operator]
+        except Exception:  # noqa: BLE001 - a consumer's bug must not stop the engine
+            log.exception("request %s: event sink failed", state.request_id)

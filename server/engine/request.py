@@ -1,0 +1,250 @@
+"""Request planning and per-chunk state.
+
+`plan_request` turns a `SynthesisRequest` into text chunks with target lengths, by the
+reference's own rules (`_preprocess_all`, `_estimate_target_tokens`, `get_indices`,
+`_generate_chunked`). An `Utterance` is one chunk = one canvas, with its own knobs,
+unmask schedule and random generator, so its tokens never depend on what shares its steps.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from server.engine.canvas import CanvasItem
+from server.engine.types import GenerationOptions, RequestRejected, SynthesisRequest, VoicePrompt
+from server.engine.upstream_names import (
+    ZH_RE,
+    chunk_text_punctuation,
+    combine_text,
+    tokenize_with_nonverbal_tags,
+    get_time_steps,
+    resolve_instruct,
+    resolve_language,
+)
+
+MAX_NUM_STEP = 64
+_U64 = (1 << 64) - 1
+
+
+@dataclass(frozen=True)
+class ChunkPlan:
+    text: str
+    target_len: int
+
+
+@dataclass(frozen=True)
+class RequestPlan:
+    language: str | None
+    instruct: str | None
+    chunks: list[ChunkPlan]
+    # speed used to estimate chunk lengths (the reference's `task.speed` entry, or None)
+    chunk_speed: float | None
+    chained: bool  # no voice and several chunks: chunk 0 becomes the others' reference
+
+
+def validate_options(opts: GenerationOptions) -> None:
+    """Ranges of PROTOCOL.md; the engine re-checks so every entry point is safe."""
+    checks = [
+        (1 <= opts.num_step <= MAX_NUM_STEP, "num_step", f"must be 1..{MAX_NUM_STEP}"),
+        (0 <= opts.guidance_scale <= 10, "guidance_scale", "must be 0..10"),
+        (0 < opts.t_shift <= 1, "t_shift", "must be in (0, 1]"),
+        (opts.layer_penalty_factor >= 0, "layer_penalty_factor", "must be >= 0"),
+        (opts.position_temperature >= 0, "position_temperature", "must be >= 0"),
+        (opts.class_temperature >= 0, "class_temperature", "must be >= 0"),
+        (opts.speed is None or 0.25 <= opts.speed <= 4, "speed", "must be 0.25..4"),
+        (opts.duration is None or opts.duration > 0, "duration", "must be > 0 seconds"),
+        (opts.chunk_seconds > 0, "chunk_seconds", "must be > 0"),
+        (opts.chunk_threshold >= 0, "chunk_threshold", "must be >= 0"),
+    ]
+    for ok, name, message in checks:
+        if not ok:
+            raise RequestRejected(f"options.{name}: {message}", field=f"options.{name}")
+
+
+def plan_request(model, request: SynthesisRequest, frame_rate: int) -> RequestPlan:
+    """Chunk the text and size every canvas exactly as `OmniVoice.generate()` would."""
+    opts = request.options
+    validate_options(opts)
+    text = request.text
+    if not text or not text.strip():
+        raise RequestRejected("text: must not be empty", field="text")
+    language = resolve_language(request.language)
+    instruct = None
+    if request.instruct is not None:
+        try:
+            instruct = resolve_instruct(request.instruct, use_zh=bool(ZH_RE.search(text)))
+        except ValueError as exc:
+            raise RequestRejected(f"instruct: {exc}", field="instruct") from exc
+
+    voice = request.voice
+    ref_text = voice.text if voice else None
+    ref_len = voice.num_frames if voice else None
+    # duration overrides speed: estimate at speed 1, then fix the length (see _preprocess_all)
+    has_duration = opts.duration is not None
+    est_speed = 1.0 if has_duration else (opts.speed or 1.0)
+    target = model._estimate_target_tokens(text, ref_text, ref_len, speed=est_speed)
+    chunk_speed: float | None = None
+    if has_duration:
+        fixed = max(1, int(opts.duration * frame_rate))
+        chunk_speed = target / fixed
+        target = fixed
+    elif opts.speed is not None:
+        chunk_speed = opts.speed
+
+    if target <= int(opts.chunk_threshold * frame_rate):
+        return RequestPlan(language, instruct, [ChunkPlan(text, target)], chunk_speed, chained=False)
+
+    tokens_per_char = target / len(text)
+    chunk_chars = int(opts.chunk_seconds * frame_rate / tokens_per_char)
+    texts = chunk_text_punctuation(text=text, chunk_len=chunk_chars, min_chunk_len=3)
+    speed = chunk_speed if chunk_speed is not None else 1.0
+    chunks: list[ChunkPlan] = []
+    if voice is not None:
+        for chunk in texts:
+            chunks.append(ChunkPlan(chunk, model._estimate_target_tokens(chunk, ref_text, ref_len, speed=speed)))
+        return RequestPlan(language, instruct, chunks, chunk_speed, chained=False)
+    first_len = model._estimate_target_tokens(texts[0], None, None, speed=speed)
+    chunks.append(ChunkPlan(texts[0], first_len))
+    for chunk in texts[1:]:
+        chunks.append(ChunkPlan(chunk, model._estimate_target_tokens(chunk, texts[0], first_len, speed=speed)))
+    return RequestPlan(language, instruct, chunks, chunk_speed, chained=len(chunks) > 1)
+
+
+def unmask_schedule(target_len: int, num_codebooks: int, num_step: int, t_shift: float) -> list[int]:
+    """Tokens revealed at each step: the reference's `_generate_iterative` schedule."""
+    timesteps = get_time_steps(t_start=0.0, t_end=1.0, num_step=num_step, t_shift=t_shift).tolist()
+    total = target_len * num_codebooks
+    remaining = total
+    schedule = []
+    for step in range(num_step):
+        if step == num_step - 1:
+            num = remaining
+        else:
+            num = min(math.ceil(total * (timesteps[step + 1] - timesteps[step])), remaining)
+        schedule.append(int(num))
+        remaining -= int(num)
+    return schedule
+
+
+def chunk_seed(seed: int, chunk_index: int) -> int:
+    """A distinct, reproducible stream per chunk (chunks may run in any order)."""
+    x = (seed + 0x9E3779B97F4A7C15 * (chunk_index + 1)) & _U64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _U64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _U64
+    return x ^ (x >> 31)
+
+
+@dataclass
+class RequestState:
+    """Engine-side bookkeeping of one request across its chunks."""
+
+    request: SynthesisRequest
+    plan: RequestPlan
+    sink: object
+    seq: int
+    seed: int
+    submitted_at: float = field(default_factory=time.perf_counter)
+    started_at: float | None = None
+    first_audio_at: float | None = None
+    steps_done: int = 0
+    cancelled: bool = False
+    finished: bool = False
+    raw_audio: dict[int, object] = field(default_factory=dict)
+    audio_samples: int = 0
+
+    @property
+    def request_id(self) -> str:
+        return self.request.request_id
+
+    @property
+    def num_chunks(self) -> int:
+        return len(self.plan.chunks)
+
+    @property
+    def total_steps(self) -> int:
+        return self.num_chunks * self.request.options.num_step
+
+
+@dataclass
+class Utterance:
+    """One text chunk of a request: one canvas, stepping through its own schedule."""
+
+    state: RequestState
+    chunk_index: int
+    item: CanvasItem
+    schedule: list[int]
+    generator: torch.Generator
+    step: int = 0
+
+    @property
+    def options(self) -> GenerationOptions:
+        return self.state.request.options
+
+    @property
+    def num_step(self) -> int:
+        return self.options.num_step
+
+    @property
+    def finished(self) -> bool:
+        return self.step >= self.num_step
+
+    @property
+    def packed_len(self) -> int:
+        return self.item.packed_len
+
+
+def build_utterance(model, state: RequestState, chunk_index: int, ref: VoicePrompt | None,
+                    device: torch.device) -> Utterance:
+    """Build one chunk's canvas with the reference's `_prepare_inference_inputs`."""
+    chunk = state.plan.chunks[chunk_index]
+    opts = state.request.options
+    inputs = model._prepare_inference_inputs(
+        chunk.text,
+        chunk.target_len,
+        ref.text if ref else None,
+        ref.tokens if ref else None,
+        state.plan.language,
+        state.plan.instruct,
+        opts.denoise,
+    )
+    ids = inputs["input_ids"][0].to(device)
+    mask = inputs["audio_mask"][0].to(device)
+    prefix_len = ids.shape[1] - chunk.target_len
+    item = CanvasItem(
+        item_id=f"{state.request_id}#{chunk_index}",
+        prefix_ids=ids[:, :prefix_len].contiguous(),
+        prefix_audio_mask=mask[:prefix_len].contiguous(),
+        tokens=ids[:, prefix_len:].clone(),
+        guidance_scale=opts.guidance_scale,
+    )
+    generator = torch.Generator(device=device)
+    generator.manual_seed(chunk_seed(state.seed, chunk_index))
+    schedule = unmask_schedule(chunk.target_len, model.config.num_audio_codebook, opts.num_step, opts.t_shift)
+    return Utterance(state=state, chunk_index=chunk_index, item=item, schedule=schedule, generator=generator)
+
+
+def packed_len_of(model, state: RequestState, chunk_index: int) -> int:
+    """Exact packed length of a chunk before its canvas exists (budget check at submission).
+
+    Tokenizes exactly as `_prepare_inference_inputs` does, on the caller's thread.
+    """
+    chunk = state.plan.chunks[chunk_index]
+    opts = state.request.options
+    voice = state.request.voice
+    ref_text, ref_len = (voice.text, voice.num_frames) if voice else (None, 0)
+    has_ref = voice is not None
+    if state.plan.chained and chunk_index > 0:
+        ref_text, ref_len = state.plan.chunks[0].text, state.plan.chunks[0].target_len
+        has_ref = True
+    style = "<|denoise|>" if (opts.denoise and has_ref) else ""
+    style += f"<|lang_start|>{state.plan.language or 'None'}<|lang_end|>"
+    style += f"<|instruct_start|>{state.plan.instruct or 'None'}<|instruct_end|>"
+    n_style = len(model.text_tokenizer(style).input_ids)
+    wrapped = f"<|text_start|>{combine_text(ref_text=ref_text, text=chunk.text)}<|text_end|>"
+    n_text = int(tokenize_with_nonverbal_tags(wrapped, model.text_tokenizer).shape[-1])
+    cond = n_style + n_text + ref_len + chunk.target_len
+    return cond + (chunk.target_len if opts.guidance_scale != 0 else 0)

@@ -1,0 +1,134 @@
+"""The engine's public vocabulary: what goes in (requests, voices) and what comes out (events).
+
+Plain data only (numpy for audio, torch only inside `VoicePrompt.tokens`), so the service
+layer can hold these without importing or touching torch itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal
+
+import numpy as np
+
+StreamMode = Literal["chunk", "whole"]
+
+
+@dataclass(frozen=True)
+class GenerationOptions:
+    """Per-request knobs; defaults are the reference's `OmniVoiceGenerationConfig`."""
+
+    num_step: int = 32
+    guidance_scale: float = 2.0
+    t_shift: float = 0.1
+    layer_penalty_factor: float = 5.0
+    position_temperature: float = 5.0
+    class_temperature: float = 0.0
+    denoise: bool = True
+    speed: float | None = None
+    duration: float | None = None
+    seed: int | None = None
+    postprocess: bool = True
+    chunk_seconds: float = 15.0
+    chunk_threshold: float = 30.0
+
+
+@dataclass(frozen=True)
+class VoicePrompt:
+    """An encoded reference voice, as the reference's `VoiceClonePrompt`.
+
+    `tokens` is a CPU `torch.LongTensor` of shape (8, T); the engine moves it to its device.
+    """
+
+    tokens: Any
+    text: str
+    rms: float
+
+    @property
+    def num_frames(self) -> int:
+        return int(self.tokens.shape[-1])
+
+
+@dataclass(frozen=True)
+class SynthesisRequest:
+    """One utterance to synthesise. `request_id` must be unique within the engine."""
+
+    request_id: str
+    text: str
+    language: str | None = None
+    instruct: str | None = None
+    voice: VoicePrompt | None = None
+    options: GenerationOptions = field(default_factory=GenerationOptions)
+    stream: StreamMode = "chunk"
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """What `Engine.submit` returns for a valid request: its chunk plan."""
+
+    request_id: str
+    chunks: int
+    target_seconds: list[float]
+
+
+class RequestRejected(ValueError):
+    """A request the engine refuses at submission (bad instruct, too big for the budget...).
+
+    `field` names the offending input where there is one (for the client's error message).
+    """
+
+    def __init__(self, message: str, field: str | None = None, code: str = "invalid_request"):
+        super().__init__(message)
+        self.field = field
+        self.code = code
+
+
+# ---- events, delivered to the request's sink from the engine thread --------------------
+
+
+@dataclass(frozen=True)
+class Progress:
+    request_id: str
+    chunk: int
+    step: int  # steps done for this chunk, 1..num_steps
+    num_steps: int
+    fraction: float  # steps done over all chunks of the request
+
+
+@dataclass(frozen=True)
+class ChunkAudio:
+    """Post-processed float32 mono audio of one text chunk (or of the whole request when
+    `stream == "whole"`, then `chunk == 0` and `final` is true)."""
+
+    request_id: str
+    chunk: int
+    audio: np.ndarray
+    sample_rate: int
+    final: bool
+
+
+@dataclass(frozen=True)
+class ChunkTokens:
+    """The finished token canvas (8, T) of one chunk, before decoding (for parity checks
+    and debugging; consumers may ignore it)."""
+
+    request_id: str
+    chunk: int
+    tokens: np.ndarray
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The request ended. `outcome` is exactly one of done / cancelled / error."""
+
+    request_id: str
+    outcome: Literal["done", "cancelled", "error"]
+    message: str | None = None
+    audio_seconds: float = 0.0
+    queue_ms: float = 0.0
+    first_audio_ms: float | None = None
+    total_ms: float = 0.0
+
+
+EngineEvent = Progress | ChunkTokens | ChunkAudio | Finished
+EventSink = Callable[[EngineEvent], None]

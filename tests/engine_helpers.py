@@ -1,0 +1,71 @@
+"""Helpers for engine tests: an event collector and the reference's tokens."""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+
+import numpy as np
+import torch
+
+from server.engine.types import ChunkAudio, ChunkTokens, Finished, Progress
+
+GREEDY = dict(position_temperature=0.0, class_temperature=0.0)
+
+
+class Collector:
+    """A thread-safe sink recording every event per request."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.events: dict[str, list] = defaultdict(list)
+        self.finished: dict[str, Finished] = {}
+        self._done = threading.Condition(self.lock)
+        self.on_progress = None  # optional hook (event) -> None, called on the engine thread
+
+    def __call__(self, event) -> None:
+        with self.lock:
+            self.events[event.request_id].append(event)
+            if isinstance(event, Finished):
+                self.finished[event.request_id] = event
+                self._done.notify_all()
+        if self.on_progress is not None and isinstance(event, Progress):
+            self.on_progress(event)
+
+    def wait(self, ids, timeout: float = 120.0) -> None:
+        ids = set(ids)
+        with self._done:
+            ok = self._done.wait_for(lambda: ids <= self.finished.keys(), timeout=timeout)
+        assert ok, f"not finished: {ids - self.finished.keys()}"
+
+    def tokens(self, rid: str) -> list[np.ndarray]:
+        chunks = {e.chunk: e.tokens for e in self.events[rid] if isinstance(e, ChunkTokens)}
+        return [chunks[i] for i in sorted(chunks)]
+
+    def audio(self, rid: str) -> list[np.ndarray]:
+        return [e.audio for e in self.events[rid] if isinstance(e, ChunkAudio)]
+
+    def outcome(self, rid: str) -> str:
+        return self.finished[rid].outcome
+
+    def progress(self, rid: str) -> list[Progress]:
+        return [e for e in self.events[rid] if isinstance(e, Progress)]
+
+
+def reference_generate(model, text: str, **kwargs) -> tuple[list[np.ndarray], np.ndarray]:
+    """Run the reference `generate()` alone; return its token chunks and its audio."""
+    captured = []
+    original = model._decode_and_post_process
+
+    def capture(tokens, rms, gen_config):
+        captured.append(tokens)
+        return original(tokens, rms, gen_config)
+
+    model._decode_and_post_process = capture
+    try:
+        audio = model.generate(text, **kwargs)[0]
+    finally:
+        del model._decode_and_post_process
+    tokens = captured[0]
+    chunks = tokens if isinstance(tokens, list) else [tokens]
+    return [t.cpu().numpy() for t in chunks], audio
