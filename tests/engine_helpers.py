@@ -19,6 +19,7 @@ class Collector:
     def __init__(self):
         self.lock = threading.Lock()
         self.events: dict[str, list] = defaultdict(list)
+        self.timeline: list = []  # every event, in arrival order
         self.finished: dict[str, Finished] = {}
         self._done = threading.Condition(self.lock)
         self.on_progress = None  # optional hook (event) -> None, called on the engine thread
@@ -26,6 +27,7 @@ class Collector:
     def __call__(self, event) -> None:
         with self.lock:
             self.events[event.request_id].append(event)
+            self.timeline.append(event)
             if isinstance(event, Finished):
                 self.finished[event.request_id] = event
                 self._done.notify_all()
@@ -47,6 +49,14 @@ class Collector:
 
     def outcome(self, rid: str) -> str:
         return self.finished[rid].outcome
+
+    def start_order(self) -> list[str]:
+        """Request ids in the order of their first progress event."""
+        seen: list[str] = []
+        for event in self.timeline:
+            if isinstance(event, Progress) and event.request_id not in seen:
+                seen.append(event.request_id)
+        return seen
 
     def progress(self, rid: str) -> list[Progress]:
         return [e for e in self.events[rid] if isinstance(e, Progress)]
