@@ -1,0 +1,131 @@
+"""Several engines behind one engine API: one `EngineLoop` per device.
+
+A new request goes, whole, to the engine with the least outstanding work (packed tokens x
+steps still to run of the requests it holds); all chunks of a request stay on that engine,
+since later chunks may take chunk 0 as their reference. Cancels follow the request.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent.futures import Future
+
+import numpy as np
+
+from server.config import EngineSettings
+from server.engine.loop import EngineLoop, EngineStats
+from server.engine.types import Accepted, EngineEvent, EventSink, Finished, RequestRejected, SynthesisRequest
+
+log = logging.getLogger("chorus.engine")
+
+
+def expand_devices(device: str) -> list[str]:
+    """`cpu` -> [cpu]; `cuda` -> every visible GPU; `cuda:0,2` -> those; `cuda:1` -> [cuda:1]."""
+    if device == "cpu":
+        return ["cpu"]
+    if device == "cuda":
+        import torch
+
+        count = torch.cuda.device_count()
+        if count == 0:
+            raise RuntimeError("--device cuda: no CUDA device is visible")
+        return [f"cuda:{i}" for i in range(count)]
+    if device.startswith("cuda:") and "," in device:
+        return [f"cuda:{index.strip()}" for index in device[5:].split(",")]
+    return [device]
+
+
+class EnginePool:
+    def __init__(self, engines: list[EngineLoop]):
+        if not engines:
+            raise ValueError("an engine pool needs at least one engine")
+        self.engines = engines
+        self._lock = threading.Lock()
+        self._owner: dict[str, int] = {}
+        self._work: list[int] = [0] * len(engines)
+        self._cost: dict[str, int] = {}
+
+    @classmethod
+    def load(cls, model_path: str, settings: EngineSettings) -> "EnginePool":
+        from dataclasses import replace
+
+        engines = []
+        for index, device in enumerate(expand_devices(settings.device)):
+            engines.append(EngineLoop.load(model_path, replace(settings, device=device), name=f"engine{index}"))
+        return cls(engines)
+
+    # the single-engine API ------------------------------------------------------------
+
+    @property
+    def sample_rate(self) -> int:
+        return self.engines[0].sample_rate
+
+    @property
+    def model_name(self) -> str:
+        return self.engines[0].model_name
+
+    @property
+    def is_random_checkpoint(self) -> bool:
+        return self.engines[0].is_random_checkpoint
+
+    @property
+    def ready(self) -> bool:
+        return all(e.ready for e in self.engines)
+
+    def start(self) -> None:
+        for engine in self.engines:
+            engine.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        for engine in self.engines:
+            engine.stop(timeout)
+
+    def submit(self, request: SynthesisRequest, sink: EventSink) -> Accepted:
+        with self._lock:
+            index = min(range(len(self.engines)), key=lambda i: self._work[i])
+        engine = self.engines[index]
+        rid = request.request_id
+
+        def release(event: EngineEvent) -> None:
+            if isinstance(event, Finished):
+                with self._lock:
+                    if self._owner.pop(rid, None) is not None:
+                        self._work[index] -= self._cost.pop(rid, 0)
+            sink(event)
+
+        with self._lock:
+            if rid in self._owner:
+                raise RequestRejected(f"id: {rid!r} is already in flight", field="id", code="duplicate_id")
+            # reserve before submitting: the engine may finish the request at once
+            self._owner[rid] = index
+        try:
+            accepted = engine.submit(request, release)
+        except Exception:
+            with self._lock:
+                self._owner.pop(rid, None)
+            raise
+        cost = sum(int(s * engine.frame_rate) for s in accepted.target_seconds) * 2 * request.options.num_step
+        with self._lock:
+            if rid in self._owner:
+                self._cost[rid] = cost
+                self._work[index] += cost
+        return accepted
+
+    def cancel(self, request_id: str) -> None:
+        with self._lock:
+            index = self._owner.get(request_id)
+        if index is not None:
+            self.engines[index].cancel(request_id)
+
+    def encode_voice(self, audio: np.ndarray, sample_rate: int, text: str | None) -> Future:
+        with self._lock:
+            index = min(range(len(self.engines)), key=lambda i: self._work[i])
+        return self.engines[index].encode_voice(audio, sample_rate, text)
+
+    def stats(self) -> list[EngineStats]:
+        return [engine.stats() for engine in self.engines]
+
+    @property
+    def step_log(self):
+        return self.engines[0].step_log
