@@ -119,6 +119,8 @@ class EngineLoop:
         self._steps = 0
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
+        self._oom_cap: int | None = None  # packed tokens per forward after an out-of-memory error
+        self._clean_steps = 0
         self.ready = False
 
     def _make_backbone(self, attention):
@@ -265,12 +267,37 @@ class EngineLoop:
         for utt in utts:
             if utt.state.started_at is None:
                 utt.state.started_at = now
-        self._run_step(utts)
+        for group in self._split_for_memory(utts):
+            self._run_step(group)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self._steps += 1
         self.step_log.append(StepRecord(self._steps, len(utts), sum(u.packed_len for u in utts),
                                         time.perf_counter() - now, admitted))
+
+    def _split_for_memory(self, utts: list[Utterance]) -> list[list[Utterance]]:
+        """Groups whose packed length fits the memory cap learnt from out-of-memory errors.
+
+        Each utterance still advances exactly one step; a capped step just runs as several
+        forwards. The cap relaxes again after a run of clean steps.
+        """
+        if self._oom_cap is None:
+            return [utts]
+        self._clean_steps += 1
+        if self._clean_steps >= 200:
+            self._clean_steps = 0
+            self._oom_cap = None if self._oom_cap * 5 // 4 >= self.scheduler.max_packed_tokens else self._oom_cap * 5 // 4
+            if self._oom_cap is None:
+                return [utts]
+        groups: list[list[Utterance]] = [[]]
+        size = 0
+        for utt in utts:
+            if groups[-1] and size + utt.packed_len > self._oom_cap:
+                groups.append([])
+                size = 0
+            groups[-1].append(utt)
+            size += utt.packed_len
+        return groups
 
     def _run_step(self, utts: list[Utterance]) -> None:
         """One step for `utts`; on failure, split the batch to isolate the culprit."""
@@ -279,8 +306,13 @@ class EngineLoop:
             logits = self.backbone(canvas)
             finite = self.sampler.step(logits, canvas, utts)
         except Exception as exc:  # noqa: BLE001 - isolate to the item(s) at fault
-            if _is_oom(exc) and self.device.type == "cuda":
-                torch.cuda.empty_cache()
+            if _is_oom(exc):
+                if self.device.type == "cuda":
+                    torch.cuda.empty_cache()
+                tokens = sum(u.packed_len for u in utts)
+                self._oom_cap = max(1, tokens // 2) if self._oom_cap is None else min(self._oom_cap, max(1, tokens // 2))
+                self._clean_steps = 0
+                log.warning("out of memory at %d packed tokens; capping steps at %d", tokens, self._oom_cap)
             if len(utts) == 1:
                 log.exception("request %s: step failed", utts[0].state.request_id)
                 self._finish(utts[0].state, "error", f"the engine failed on this request: {exc}")
