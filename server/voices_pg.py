@@ -1,0 +1,79 @@
+"""The voice library in PostgreSQL, for several stateless replicas sharing one library.
+
+Same contract as the embedded `VoiceStore` (SQLite + token files), but the encoded voice
+lives in the row itself (`bytea`), so no replica needs a shared disk. Ids are made and
+checked exactly as in the embedded store.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+
+from server.voices import VOICE_ID, VoiceInfo, slug
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS chorus_voices (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    text TEXT NOT NULL,
+    seconds DOUBLE PRECISION NOT NULL,
+    created_at BIGINT NOT NULL,
+    blob BYTEA NOT NULL
+)
+"""
+_COLUMNS = "id, name, text, seconds, created_at"
+
+
+class PostgresVoiceStore:
+    def __init__(self, dsn: str):
+        import psycopg
+
+        self._conn = psycopg.connect(dsn, autocommit=True)
+        self._lock = threading.Lock()
+        with self._lock:
+            self._conn.execute(_SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def add(self, name: str | None, text: str, seconds: float, blob: bytes) -> VoiceInfo:
+        base = slug(name or "voice")
+        with self._lock:
+            while True:
+                voice_id = f"{base}-{secrets.token_hex(4)}"
+                info = VoiceInfo(voice_id, name or voice_id, text, round(float(seconds), 3), int(time.time()))
+                inserted = self._conn.execute(
+                    f"INSERT INTO chorus_voices ({_COLUMNS}, blob) VALUES (%s, %s, %s, %s, %s, %s) "
+                    "ON CONFLICT (id) DO NOTHING",
+                    (info.id, info.name, info.text, info.seconds, info.created_at, blob),
+                ).rowcount
+                if inserted:
+                    return info
+
+    def get(self, voice_id: str) -> VoiceInfo | None:
+        if not isinstance(voice_id, str) or not VOICE_ID.match(voice_id):
+            return None
+        with self._lock:
+            row = self._conn.execute(f"SELECT {_COLUMNS} FROM chorus_voices WHERE id = %s", (voice_id,)).fetchone()
+        return VoiceInfo(*row) if row else None
+
+    def list(self) -> list[VoiceInfo]:
+        with self._lock:
+            rows = self._conn.execute(f"SELECT {_COLUMNS} FROM chorus_voices ORDER BY created_at, id").fetchall()
+        return [VoiceInfo(*row) for row in rows]
+
+    def load(self, voice_id: str) -> bytes | None:
+        if not isinstance(voice_id, str) or not VOICE_ID.match(voice_id):
+            return None
+        with self._lock:
+            row = self._conn.execute("SELECT blob FROM chorus_voices WHERE id = %s", (voice_id,)).fetchone()
+        return bytes(row[0]) if row else None
+
+    def delete(self, voice_id: str) -> bool:
+        if not isinstance(voice_id, str) or not VOICE_ID.match(voice_id):
+            return False
+        with self._lock:
+            return self._conn.execute("DELETE FROM chorus_voices WHERE id = %s", (voice_id,)).rowcount > 0

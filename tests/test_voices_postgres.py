@@ -1,0 +1,52 @@
+"""The PostgreSQL voice library against a real PostgreSQL server."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests import pg_server
+
+pytestmark = pytest.mark.skipif(not pg_server.available(), reason="PostgreSQL is not installed")
+
+
+@pytest.fixture(scope="module")
+def dsn():
+    import shutil
+    import tempfile
+
+    # not under pytest's private temp folder: the postgres user must be able to reach it
+    root = tempfile.mkdtemp(prefix="chorus-pg-")
+    server = pg_server.PostgresServer(root).start()
+    yield server.dsn
+    server.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def test_voices_roundtrip_and_shared_between_replicas(dsn):
+    from server.voices_pg import PostgresVoiceStore
+
+    replica_a, replica_b = PostgresVoiceStore(dsn), PostgresVoiceStore(dsn)
+    try:
+        info = replica_a.add("Ada L.", "A transcript.", 2.5, b"\x00\x01encoded-voice\xff")
+        assert info.id.startswith("ada-l-") and info.name == "Ada L." and info.seconds == 2.5
+        assert replica_b.get(info.id) == info  # another replica sees it at once
+        assert replica_b.load(info.id) == b"\x00\x01encoded-voice\xff"
+        assert [v.id for v in replica_b.list()] == [info.id]
+        assert replica_b.delete(info.id) is True
+        assert replica_a.get(info.id) is None and replica_a.load(info.id) is None
+        assert replica_a.delete(info.id) is False
+    finally:
+        replica_a.close()
+        replica_b.close()
+
+
+def test_hostile_ids_are_refused(dsn):
+    from server.voices_pg import PostgresVoiceStore
+
+    store = PostgresVoiceStore(dsn)
+    try:
+        for bad in ["../etc/passwd", "x'; DROP TABLE chorus_voices; --", "", "A" * 100, None]:
+            assert store.get(bad) is None and store.load(bad) is None and store.delete(bad) is False
+        assert store.list() == [] or all(v.id for v in store.list())
+    finally:
+        store.close()
