@@ -1,0 +1,53 @@
+"""Build the FlashInfer kernels Chorus uses ahead of time (for images: no nvcc at first request).
+
+`python -m server.engine.flashinfer_aot` compiles exactly Chorus's kernels (ragged
+non-causal prefill for fp16 and bf16 at head_dim 128, rmsnorm, RoPE, silu_and_mul) for
+the architectures in `FLASHINFER_CUDA_ARCH_LIST` (default `9.0a`: H100/H200) and installs
+them where FlashInfer looks before compiling anything: `<flashinfer>/data/aot/<module>/`.
+It needs nvcc, not a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+from pathlib import Path
+
+
+def chorus_jit_specs(backend: str = "fa3") -> list:
+    import torch
+    from flashinfer.jit.activation import gen_act_and_mul_module
+    from flashinfer.jit.attention import gen_batch_prefill_module
+    from flashinfer.jit.norm import gen_norm_module
+    from flashinfer.jit.rope import gen_rope_module
+
+    specs = [
+        gen_batch_prefill_module(backend, dtype, dtype, dtype, torch.int32, 128, 128, 0, False, False, False)
+        for dtype in (torch.float16, torch.bfloat16)
+    ]
+    return specs + [gen_norm_module(), gen_rope_module(), gen_act_and_mul_module("silu")]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", default="fa3", choices=["fa2", "fa3"],
+                        help="fa3 for Hopper (sm90), fa2 elsewhere")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("FLASHINFER_CUDA_ARCH_LIST", "9.0a")
+
+    from flashinfer.jit import build_jit_specs
+    from flashinfer.jit import env as jit_env
+
+    specs = chorus_jit_specs(args.backend)
+    build_jit_specs(specs, verbose=True, skip_prebuilt=False)
+    for spec in specs:
+        target: Path = spec.aot_path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(jit_env.FLASHINFER_JIT_DIR / spec.name / f"{spec.name}.so", target)
+        print("installed", target)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
