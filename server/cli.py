@@ -46,6 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
     make.add_argument("--size", choices=["tiny", "full"], required=True)
     make.add_argument("--out", required=True)
     make.add_argument("--seed", type=int, default=0)
+
+    # Options are bench's own (`chorus bench --help`); they pass through untouched.
+    sub.add_parser("bench", add_help=False,
+                   help="GPU benchmark: the reference and Chorus on the same requests (bench/README.md)")
     return parser
 
 
@@ -80,7 +84,14 @@ def _configure_logging(level: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "bench":
+        from bench import main as bench_main
+
+        return bench_main(rest)
+    if rest:
+        parser.error("unrecognized arguments: " + " ".join(rest))
     if args.command == "make-checkpoint":
         _configure_logging("info")
         from server.checkpoint import make_checkpoint

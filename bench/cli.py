@@ -1,0 +1,232 @@
+"""`chorus bench`: the reference and Chorus, one process, one GPU, the same seeded requests.
+
+Builds (or reuses) a full-size random checkpoint, loads it through the reference's own
+`from_pretrained`, and runs the scenarios of PERFORMANCE.md in order of cost, writing the
+result document after each one (so a run cut short still leaves what it measured), then
+prints it. Weights are random: the numbers are speed and parity, never quality.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import sys
+import tempfile
+import time
+import traceback
+from datetime import datetime, timezone
+from pathlib import Path
+
+from bench.metrics import build_summary
+
+log = logging.getLogger("chorus.bench")
+
+SCENARIOS = ("parity", "forward", "engine_single", "engine_throughput", "long", "tokens", "reference_single",
+             "reference_throughput", "mixed", "loaded")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="chorus bench", description=__doc__.splitlines()[0])
+    p.add_argument("--out", default=None, help="write the result JSON here (and print it)")
+    p.add_argument("--checkpoint", default=None, help="full-size checkpoint folder (made there if missing; "
+                   "default: a temporary folder)")
+    p.add_argument("--dtype", choices=["float16", "bfloat16"], default="bfloat16")
+    p.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated subset of: " + ", ".join(SCENARIOS))
+    p.add_argument("--requests", type=int, default=256)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--reference-batch", type=int, default=16, help="requests per reference generate() call")
+    p.add_argument("--max-batch-size", type=int, default=64)
+    p.add_argument("--max-packed-tokens", type=int, default=32768)
+    p.add_argument("--loaded-seconds", type=float, default=60.0)
+    p.add_argument("--no-graphs", action="store_true", help="run the fused backbone without CUDA graphs")
+    p.add_argument("--time-budget", type=float, default=1e9, help="skip scenarios once this many seconds passed")
+    p.add_argument("--commit", default=os.environ.get("CHORUS_COMMIT"), help="git commit measured (default: git)")
+    return p
+
+
+def _commit(given: str | None) -> str | None:
+    if given:
+        return given
+    import subprocess
+
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
+                              cwd=Path(__file__).resolve().parent).stdout.strip()
+    except Exception:  # noqa: BLE001 - not a git checkout
+        return None
+
+
+def _meta(args, argv) -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    import torch
+
+    def ver(name):
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return None
+
+    return {
+        "commit": _commit(args.commit),
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+        "dtype": args.dtype,
+        "date_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "command": "chorus bench " + " ".join(argv),
+        "python": platform.python_version(),
+        "versions": {n: ver(n) for n in ("torch", "transformers", "flashinfer-python", "omnivoice")},
+        "cuda": torch.version.cuda,
+        "settings": {"requests": args.requests, "seed": args.seed, "reference_batch": args.reference_batch,
+                     "max_batch_size": args.max_batch_size, "max_packed_tokens": args.max_packed_tokens,
+                     "graphs": not args.no_graphs, "num_step": 32, "guidance_scale": 2.0},
+    }
+
+
+class Run:
+    """The result document, written after every scenario."""
+
+    def __init__(self, args, argv):
+        self.args = args
+        self.t0 = time.perf_counter()
+        self.doc: dict = {"summary": None, "meta": _meta(args, argv), "errors": {}, "skipped": [], "timings_s": {}}
+        self.wanted = [s.strip() for s in args.scenarios.split(",") if s.strip()]
+        unknown = set(self.wanted) - set(SCENARIOS)
+        if unknown:
+            raise SystemExit(f"unknown scenarios: {', '.join(sorted(unknown))}")
+
+    def put(self, path: tuple, value) -> None:
+        d = self.doc
+        for key in path[:-1]:
+            d = d.setdefault(key, {})
+        d[path[-1]] = value
+        self.save()
+
+    def save(self) -> None:
+        self.doc["summary"] = build_summary(self.doc)
+        if self.args.out:
+            out = Path(self.args.out)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            tmp = out.with_suffix(".partial")
+            tmp.write_text(json.dumps(self.doc, indent=1, default=str))
+            tmp.replace(out)
+
+    def scenario(self, name: str, path: tuple, fn) -> object:
+        if name not in self.wanted:
+            return None
+        if time.perf_counter() - self.t0 > self.args.time_budget:
+            self.doc["skipped"].append(name)
+            log.warning("skipping %s: time budget spent", name)
+            self.save()
+            return None
+        log.info("scenario %s ...", name)
+        t = time.perf_counter()
+        try:
+            value = fn()
+        except Exception:  # noqa: BLE001 - record and go on with the next scenario
+            self.doc["errors"][name] = traceback.format_exc()
+            log.exception("scenario %s failed", name)
+            value = None
+        else:
+            self.put(path, value)
+        self.doc["timings_s"][name] = round(time.perf_counter() - t, 1)
+        self.save()
+        return value
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    for noisy in ("transformers", "huggingface_hub", "httpx", "urllib3"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+    import torch
+
+    if not torch.cuda.is_available():
+        print("chorus bench needs a CUDA GPU", file=sys.stderr)
+        return 2
+    from bench import engine_bench as eb
+    from bench import forward as fw
+    from bench.mixes import mixed_knobs_mix, plain_mix
+    from server.checkpoint import load_omnivoice, make_checkpoint
+    from server.config import EngineSettings
+    from server.engine.loop import EngineLoop
+
+    run = Run(args, argv)
+    torch.set_grad_enabled(False)
+
+    ckpt = Path(args.checkpoint or Path(tempfile.gettempdir()) / "chorus-bench-full-seed0")
+    t = time.perf_counter()
+    if not (ckpt / "config.json").is_file():
+        make_checkpoint("full", ckpt, seed=0)
+    run.put(("checkpoint",), {"path_kind": "given" if args.checkpoint else "temporary", "seconds": round(time.perf_counter() - t, 1)})
+
+    other = "float16" if args.dtype == "bfloat16" else "bfloat16"
+    models = {}
+    t = time.perf_counter()
+    models[args.dtype] = load_omnivoice(str(ckpt), "cuda", args.dtype)
+    run.doc["timings_s"]["load_model"] = round(time.perf_counter() - t, 1)
+
+    if "parity" in run.wanted or "tokens" in run.wanted:
+        models[other] = load_omnivoice(str(ckpt), "cuda", other)
+    if "parity" in run.wanted:
+        models["float32"] = load_omnivoice(str(ckpt), "cuda", "float32")
+        run.scenario("parity", ("parity",), lambda: fw.parity(models, [args.dtype, other], args.seed))
+        del models["float32"]
+        torch.cuda.empty_cache()
+
+    model = models[args.dtype]
+    run.scenario("forward", ("forward",), lambda: fw.speed(model))
+
+    settings = EngineSettings(device="cuda", dtype=args.dtype, max_batch_size=args.max_batch_size,
+                              max_packed_tokens=args.max_packed_tokens, attention="auto")
+    engine = EngineLoop(model, settings, "bench", model_name="omnivoice-random", random_checkpoint=True)
+    backbone = engine.backbone
+    run.put(("engine", "backbone"), type(backbone).__name__)
+    if args.no_graphs and hasattr(backbone, "graphs_enabled"):
+        backbone.graphs_enabled = False
+    if getattr(backbone, "graphs_enabled", False):
+        t = time.perf_counter()
+        n = backbone.capture()
+        run.put(("engine", "graph_capture"), {"graphs": n, "seconds": round(time.perf_counter() - t, 2),
+                                             "gpu_mem_gib_after": round(torch.cuda.memory_allocated() / 2**30, 2)})
+    engine.start()
+    try:
+        specs = plain_mix(args.requests, args.seed)
+        run.scenario("engine_single", ("engine", "single_10s"), lambda: eb.single(engine))
+        thr = run.scenario("engine_throughput", ("engine", "throughput_256"), lambda: eb.run_mix(engine, specs))
+        run.scenario("long", ("engine", "long_60s"), lambda: eb.long_text(engine))
+        run.scenario("tokens", ("token_agreement", args.dtype), lambda: eb.token_agreement(model, engine))
+        if "tokens" in run.wanted and other in models:
+            engine2 = EngineLoop(models[other], EngineSettings(device="cuda", dtype=other, attention="auto"),
+                                 "bench2", random_checkpoint=True)
+            engine2.start()
+            try:
+                run.scenario("tokens", ("token_agreement", other), lambda: eb.token_agreement(models[other], engine2))
+            finally:
+                engine2.stop()
+        models.pop(other, None)
+        torch.cuda.empty_cache()
+        run.scenario("reference_single", ("reference", "single_10s"), lambda: eb.reference_single(model))
+        run.scenario("reference_throughput", ("reference", "throughput_256"),
+                     lambda: eb.reference_mix(model, specs, args.reference_batch))
+        voice = eb.random_voice()
+        run.scenario("mixed", ("engine", "mixed_knobs"),
+                     lambda: eb.run_mix(engine, mixed_knobs_mix(args.requests, args.seed), voice=voice, timed=False))
+        if thr:
+            run.scenario("loaded", ("engine", "loaded"),
+                         lambda: eb.loaded(engine, thr["audio_s_per_s"], duration_s=args.loaded_seconds))
+    finally:
+        engine.stop()
+    run.doc["timings_s"]["total"] = round(time.perf_counter() - run.t0, 1)
+    run.doc["peak_gpu_mem_gib_process"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
+    run.save()
+    print(json.dumps(run.doc, indent=1, default=str))
+    return 0 if not run.doc["errors"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

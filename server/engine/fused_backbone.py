@@ -1,0 +1,392 @@
+"""FusedBackbone: the packed forward with fused weights and FlashInfer kernels (CUDA).
+
+Same contract as `OmniVoiceBackbone`: `forward(canvas) -> (S_t, C, V)` float32 logits at the
+canvas's target rows, in `tgt_index` order. Same weights too (the reference instance's), laid
+out once at load for fewer, larger GEMMs:
+
+- q/k/v projections concatenated into one (Hq + 2 Hkv) x D by hidden matrix, gate and up into
+  one 2 I x hidden matrix: 4 GEMMs per layer instead of 7.
+- Everything stays (S, H, D): the QKV output is viewed, never transposed; Qwen3's per-head q/k
+  RMSNorm reads the strided view and writes q and k contiguous; RoPE (positions restart in
+  every document) rotates them in place; V is read straight from the QKV output.
+- `fused_add_rmsnorm` folds each residual add into the next norm; `silu_and_mul` the MLP gate.
+- The embedding merge and `audio_heads` are the reference modules' own; only target rows go
+  through the head GEMM and the float32 upcast.
+
+Small steps are launch-bound (hundreds of kernels, a few microseconds each), so packed rows up
+to `graph_max_tokens` replay a CUDA graph captured per bucket of (tokens, documents). A step is
+padded up to its bucket with dummy tokens that form their own documents: every operation but
+attention is row-wise and attention never crosses a document boundary, so real rows compute
+exactly what they would alone. Larger steps run eagerly: there the GEMMs dominate and a graph
+buys nothing.
+
+`TorchOps` gives the same kernels in plain torch, so the whole path (weight fusion, padding,
+layer order) is exercised and checked on CPU against the reference.
+"""
+
+from __future__ import annotations
+
+import logging
+from bisect import bisect_left
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from server.engine.attention import AttentionBackend, TorchAttention
+from server.engine.canvas import PackedCanvas
+
+log = logging.getLogger(__name__)
+
+# Buckets for CUDA graphs: packed tokens, and documents (real ones plus at least one pad
+# document, so a bucket of D documents holds up to D - 1 real ones).
+GRAPH_TOKEN_BUCKETS: tuple[int, ...] = (128, 256, 384, 512, 640, 768, 896, 1024, 1280, 1536, 1792, 2048)
+GRAPH_DOC_BUCKETS: tuple[int, ...] = (2, 3, 5, 9, 17, 33)
+
+
+# ---- kernels ------------------------------------------------------------------------------
+
+
+class TorchOps:
+    """Reference semantics of the four fused kernels (float32 math, one rounding)."""
+
+    name = "torch"
+
+    @staticmethod
+    def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tensor | None = None) -> torch.Tensor:
+        xf = x.float()
+        y = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight.float()).to(x.dtype)
+        if out is None:
+            return y
+        out.copy_(y)
+        return out
+
+    @classmethod
+    def fused_add_rmsnorm(cls, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
+        residual.add_(x)
+        x.copy_(cls.rmsnorm(residual, weight, eps))
+
+    @staticmethod
+    def rope_inplace(q: torch.Tensor, k: torch.Tensor, pos: torch.Tensor, theta: float) -> None:
+        d = q.shape[-1]
+        inv_freq = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float32, device=q.device) / d))
+        freqs = pos.float()[:, None] * inv_freq[None, :]
+        cos = torch.cat([freqs.cos(), freqs.cos()], -1)[:, None, :]
+        sin = torch.cat([freqs.sin(), freqs.sin()], -1)[:, None, :]
+        for t in (q, k):
+            tf = t.float()
+            rot = torch.cat([-tf[..., d // 2:], tf[..., : d // 2]], -1)
+            t.copy_(tf * cos + rot * sin)
+
+    @staticmethod
+    def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+        half = x.shape[-1] // 2
+        return F.silu(x[..., :half]) * x[..., half:]
+
+
+class FlashInferOps:
+    """FlashInfer's kernels (imported once; `check_flashinfer` has vouched for the names)."""
+
+    name = "flashinfer"
+
+    def __init__(self):
+        from flashinfer.activation import silu_and_mul
+        from flashinfer.norm import fused_add_rmsnorm, rmsnorm
+        from flashinfer.rope import apply_rope_pos_ids_inplace
+
+        self._rmsnorm, self._fused_add_rmsnorm = rmsnorm, fused_add_rmsnorm
+        self._rope, self._silu_and_mul = apply_rope_pos_ids_inplace, silu_and_mul
+
+    def rmsnorm(self, x, weight, eps, out=None):
+        return self._rmsnorm(x, weight, eps, out=out)
+
+    def fused_add_rmsnorm(self, x, residual, weight, eps):
+        self._fused_add_rmsnorm(x, residual, weight, eps)
+
+    def rope_inplace(self, q, k, pos, theta):
+        self._rope(q, k, pos, interleave=False, rope_theta=theta)
+
+    def silu_and_mul(self, x):
+        return self._silu_and_mul(x)
+
+
+# ---- graph buckets (pure logic, tested on CPU) --------------------------------------------
+
+
+def choose_bucket(total_len: int, num_docs: int, token_buckets=GRAPH_TOKEN_BUCKETS,
+                  doc_buckets=GRAPH_DOC_BUCKETS) -> tuple[int, int] | None:
+    """Smallest (tokens, documents) bucket that holds the step plus >= 1 pad document of
+    >= 1 token each; None when the step is too large for any graph (run it eagerly)."""
+    di = bisect_left(doc_buckets, num_docs + 1)
+    if di == len(doc_buckets):
+        return None
+    docs = doc_buckets[di]
+    ti = bisect_left(token_buckets, total_len + (docs - num_docs))
+    if ti == len(token_buckets):
+        return None
+    return token_buckets[ti], docs
+
+
+def pad_doc_lens(total_len: int, num_docs: int, bucket: tuple[int, int]) -> list[int]:
+    """Lengths of the pad documents that fill a step up to its bucket exactly."""
+    tokens, docs = bucket
+    n_pad, pad_tokens = docs - num_docs, tokens - total_len
+    if n_pad < 1 or pad_tokens < n_pad:
+        raise ValueError(f"bucket {bucket} cannot hold {total_len} tokens in {num_docs} documents")
+    return [pad_tokens - (n_pad - 1)] + [1] * (n_pad - 1)
+
+
+# ---- the backbone -------------------------------------------------------------------------
+
+
+@dataclass
+class _Layer:
+    ln1: torch.Tensor
+    w_qkv: torch.Tensor
+    q_norm: torch.Tensor
+    k_norm: torch.Tensor
+    w_o: torch.Tensor
+    ln2: torch.Tensor
+    w_gate_up: torch.Tensor
+    w_down: torch.Tensor
+
+
+@dataclass
+class _Graph:
+    tokens: int
+    docs: int
+    planner: object
+    ids: torch.Tensor
+    mask: torch.Tensor
+    pos: torch.Tensor
+    graph: object = None
+    out: torch.Tensor | None = None
+    replays: int = 0
+
+
+@dataclass
+class ForwardStats:
+    """Counters the bench and the metrics read; cheap (host-side only)."""
+
+    eager_steps: int = 0
+    graph_steps: int = 0
+    graph_pad_tokens: int = 0
+    captures: list[tuple[int, int]] = field(default_factory=list)
+
+
+class FusedBackbone:
+    def __init__(self, model, attention: AttentionBackend, ops=None, *, graphs: bool = False,
+                 token_buckets: tuple[int, ...] = GRAPH_TOKEN_BUCKETS,
+                 doc_buckets: tuple[int, ...] = GRAPH_DOC_BUCKETS):
+        self.model = model
+        self.attention = attention
+        self.ops = ops if ops is not None else (FlashInferOps() if attention.name == "flashinfer" else TorchOps())
+        cfg = model.llm.config
+        self.num_q_heads, self.num_kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        self.eps = float(cfg.rms_norm_eps)
+        rope = getattr(cfg, "rope_parameters", None) or {}
+        self.rope_theta = float(rope.get("rope_theta") or getattr(cfg, "rope_theta", 10000.0))
+        self.num_codebooks = model.config.num_audio_codebook
+        self.vocab = model.config.audio_vocab_size
+        self.mask_id = model.config.audio_mask_id
+        self.layers = [self._fuse(layer) for layer in model.llm.layers]
+        self.final_norm = model.llm.norm.weight
+        self.graphs_enabled = graphs and self.device.type == "cuda" and hasattr(attention, "graph_planner")
+        self.token_buckets, self.doc_buckets = tuple(token_buckets), tuple(doc_buckets)
+        self.graph_max_tokens = self.token_buckets[-1] if self.graphs_enabled else 0
+        self._graphs: dict[tuple[int, int], _Graph] = {}
+        self._pool = None
+        self.stats = ForwardStats()
+
+    @staticmethod
+    @torch.no_grad()
+    def _fuse(layer) -> _Layer:
+        attn, mlp = layer.self_attn, layer.mlp
+        for lin in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj):
+            if getattr(lin, "bias", None) is not None:
+                raise ValueError("FusedBackbone expects bias-free projections (Qwen3)")
+        return _Layer(
+            ln1=layer.input_layernorm.weight,
+            w_qkv=torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight], 0).contiguous(),
+            q_norm=attn.q_norm.weight,
+            k_norm=attn.k_norm.weight,
+            w_o=attn.o_proj.weight,
+            ln2=layer.post_attention_layernorm.weight,
+            w_gate_up=torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight], 0).contiguous(),
+            w_down=mlp.down_proj.weight,
+        )
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.audio_heads.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.audio_heads.weight.dtype
+
+    # -- the math ------------------------------------------------------------------------
+
+    def _layers(self, x: torch.Tensor, pos: torch.Tensor, plan) -> torch.Tensor:
+        """The Qwen3 stack plus its final norm over a packed row x (S, hidden)."""
+        ops, eps = self.ops, self.eps
+        seq, hq, hkv, d = x.shape[0], self.num_q_heads, self.num_kv_heads, self.head_dim
+        residual = x  # updated in place by fused_add_rmsnorm
+        h = ops.rmsnorm(x, self.layers[0].ln1, eps)
+        for i, layer in enumerate(self.layers):
+            qkv = F.linear(h, layer.w_qkv).view(seq, hq + 2 * hkv, d)
+            q = ops.rmsnorm(qkv[:, :hq], layer.q_norm, eps, out=x.new_empty(seq, hq, d))
+            k = ops.rmsnorm(qkv[:, hq : hq + hkv], layer.k_norm, eps, out=x.new_empty(seq, hkv, d))
+            v = qkv[:, hq + hkv :]
+            ops.rope_inplace(q, k, pos, self.rope_theta)
+            o = self.attention.attend(plan, q, k, v)
+            h = F.linear(o.reshape(seq, hq * d), layer.w_o)
+            ops.fused_add_rmsnorm(h, residual, layer.ln2, eps)
+            h = F.linear(ops.silu_and_mul(F.linear(h, layer.w_gate_up)), layer.w_down)
+            nxt = self.layers[i + 1].ln1 if i + 1 < len(self.layers) else self.final_norm
+            ops.fused_add_rmsnorm(h, residual, nxt, eps)
+        return h
+
+    def _embed(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.model._prepare_embed_inputs(ids.unsqueeze(0), mask.unsqueeze(0))[0]
+
+    @torch.inference_mode()
+    def hidden_states(self, canvas: PackedCanvas) -> torch.Tensor:
+        """Final-norm hidden states of the packed row, (S, hidden); a graph when one fits."""
+        if self.graphs_enabled:
+            bucket = choose_bucket(canvas.total_len, len(canvas.doc_lens), self.token_buckets, self.doc_buckets)
+            if bucket is not None:
+                return self._replay(canvas, bucket)
+        self.stats.eager_steps += 1
+        plan = self.attention.plan(canvas.doc_lens)
+        return self._layers(self._embed(canvas.packed_ids, canvas.audio_mask), canvas.position_ids, plan)
+
+    @torch.inference_mode()
+    def hidden_states_padded(self, canvas: PackedCanvas, bucket: tuple[int, int]) -> torch.Tensor:
+        """The graph path's arithmetic without a graph (real rows of a padded row): lets the
+        padding be checked on any device."""
+        s = canvas.total_len
+        pad = pad_doc_lens(s, len(canvas.doc_lens), bucket)
+        ids = torch.full((self.num_codebooks, bucket[0]), self.mask_id, dtype=torch.long, device=self.device)
+        mask = torch.ones(bucket[0], dtype=torch.bool, device=self.device)
+        pos = torch.zeros(bucket[0], dtype=torch.long, device=self.device)
+        ids[:, :s], mask[:s], pos[:s] = canvas.packed_ids, canvas.audio_mask, canvas.position_ids
+        plan = self.attention.plan(list(canvas.doc_lens) + pad)
+        return self._layers(self._embed(ids, mask), pos, plan)[:s]
+
+    @torch.inference_mode()
+    def forward(self, canvas: PackedCanvas) -> torch.Tensor:
+        """Float32 logits at target positions only: (S_t, C, V) in `tgt_index` order."""
+        hidden = self.hidden_states(canvas).index_select(0, canvas.tgt_index)
+        logits = F.linear(hidden, self.model.audio_heads.weight)
+        return logits.view(-1, self.num_codebooks, self.vocab).float()
+
+    __call__ = forward
+
+    # -- CUDA graphs ----------------------------------------------------------------------
+
+    def _replay(self, canvas: PackedCanvas, bucket: tuple[int, int]) -> torch.Tensor:
+        g = self._graphs.get(bucket)
+        if g is None:
+            g = self._capture(bucket)
+        s = canvas.total_len
+        pad = pad_doc_lens(s, len(canvas.doc_lens), bucket)
+        g.planner.plan(list(canvas.doc_lens) + pad)
+        # Pad rows: MASK audio tokens at position 0, in their own documents; any valid values
+        # would do, fixed ones keep the pad rows finite and the runs reproducible.
+        g.ids[:, :s].copy_(canvas.packed_ids, non_blocking=True)
+        g.ids[:, s:].fill_(self.mask_id)
+        g.mask[:s].copy_(canvas.audio_mask, non_blocking=True)
+        g.mask[s:].fill_(True)
+        g.pos[:s].copy_(canvas.position_ids, non_blocking=True)
+        g.pos[s:].zero_()
+        g.graph.replay()
+        g.replays += 1
+        self.stats.graph_steps += 1
+        self.stats.graph_pad_tokens += bucket[0] - s
+        return g.out[:s]
+
+    def _capture(self, bucket: tuple[int, int]) -> _Graph:
+        tokens, docs = bucket
+        dev = self.device
+        g = _Graph(
+            tokens=tokens, docs=docs, planner=self.attention.graph_planner(docs, tokens),
+            ids=torch.full((self.num_codebooks, tokens), self.mask_id, dtype=torch.long, device=dev),
+            mask=torch.ones(tokens, dtype=torch.bool, device=dev),
+            pos=torch.zeros(tokens, dtype=torch.long, device=dev),
+        )
+        plan = g.planner.plan([tokens - docs + 1] + [1] * (docs - 1))
+        side = torch.cuda.Stream(dev)
+        side.wait_stream(torch.cuda.current_stream(dev))
+        with torch.cuda.stream(side):
+            for _ in range(2):  # warm-up: cuBLAS handles and workspaces, lazy module loads
+                self._layers(self._embed(g.ids, g.mask), g.pos, plan)
+        torch.cuda.current_stream(dev).wait_stream(side)
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
+            g.out = self._layers(self._embed(g.ids, g.mask), g.pos, plan)
+        g.graph = graph
+        self._graphs[bucket] = g
+        self.stats.captures.append(bucket)
+        log.info("captured a CUDA graph for %d tokens in %d documents", tokens, docs)
+        return g
+
+    @torch.inference_mode()
+    def capture(self, buckets: list[tuple[int, int]] | None = None) -> int:
+        """Capture graphs ahead of traffic (all buckets by default); returns how many exist."""
+        if not self.graphs_enabled:
+            return 0
+        for tokens in self.token_buckets:
+            for docs in self.doc_buckets:
+                if (buckets is None or (tokens, docs) in buckets) and docs < tokens and (tokens, docs) not in self._graphs:
+                    self._capture((tokens, docs))
+        return len(self._graphs)
+
+
+# ---- the factory the engine calls ---------------------------------------------------------
+
+
+def make_backbone(model, attention="auto", *, graphs: bool = True):
+    """The backbone for `model`.
+
+    `attention` is a setting (`auto` | `torch` | `flashinfer`) or an attention backend already
+    made (`make_attention_backend`). FlashInfer on CUDA gets the fused path (CUDA graphs for
+    small steps when `graphs`); anything else gets the reference modules (logged). `auto` falls
+    back to torch attention when FlashInfer fails its boot check; `flashinfer` raises instead.
+    """
+    from server.engine.backbone import OmniVoiceBackbone
+
+    weight = model.audio_heads.weight
+    device, dtype = weight.device, weight.dtype
+    cfg = model.llm.config
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    scale = head_dim ** -0.5
+    if not isinstance(attention, str):
+        backend = attention
+    elif attention not in ("auto", "torch", "flashinfer"):
+        raise ValueError(f"unknown attention backend {attention!r}")
+    elif attention != "torch" and device.type == "cuda":
+        try:
+            from server.engine.flashinfer_attention import FlashInferAttention
+
+            backend = FlashInferAttention(device, dtype, scale, cfg.num_attention_heads,
+                                          cfg.num_key_value_heads, head_dim)
+        except ImportError as exc:
+            if attention == "flashinfer":
+                raise
+            log.warning("FlashInfer unavailable (%s): using the reference modules with torch attention", exc)
+            backend = TorchAttention(scale)
+    elif attention == "flashinfer":
+        raise RuntimeError("the FlashInfer backbone needs a CUDA device")
+    else:
+        backend = TorchAttention(scale)
+
+    if backend.name == "flashinfer" and device.type == "cuda":
+        fused = FusedBackbone(model, backend, graphs=graphs)
+        log.info("backbone: fused, FlashInfer (%s kernels), CUDA graphs %s", getattr(backend, "backend", "?"),
+                 f"up to {fused.graph_max_tokens} tokens" if fused.graphs_enabled else "off")
+        return fused
+    log.info("backbone: reference modules, %s attention on %s", backend.name, device.type)
+    return OmniVoiceBackbone(model, backend)
