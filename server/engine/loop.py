@@ -14,6 +14,7 @@ import os
 import queue
 import threading
 import time
+from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -84,6 +85,50 @@ class _Wake:
     pass
 
 
+@dataclass
+class _Launched:
+    """Utterances stepped by one forward, and their (not yet read) finiteness flags."""
+
+    utts: list[Utterance]
+    finite: torch.Tensor
+    step_numbers: list[int]
+
+
+class _StepTimer:
+    """Wall time of a step's device work: CUDA events on a GPU, the clock elsewhere."""
+
+    def __init__(self, device: torch.device):
+        self._cuda = device.type == "cuda"
+        if self._cuda:
+            self._start = torch.cuda.Event(enable_timing=True)
+            self._end = torch.cuda.Event(enable_timing=True)
+            self._start.record()
+        else:
+            self._t0 = time.perf_counter()
+
+    def stop(self) -> None:
+        if self._cuda:
+            self._end.record()
+        else:
+            self._elapsed = time.perf_counter() - self._t0
+
+    def seconds(self) -> float:
+        if self._cuda:
+            self._end.synchronize()
+            return self._start.elapsed_time(self._end) / 1000.0
+        return self._elapsed
+
+
+@dataclass
+class _InFlightStep:
+    index: int
+    parts: list[_Launched]
+    timer: _StepTimer
+    items: int
+    packed_tokens: int
+    admitted: int
+
+
 def _is_oom(exc: BaseException) -> bool:
     return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
 
@@ -119,6 +164,7 @@ class EngineLoop:
         self._steps = 0
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
+        self._inflight: deque[_InFlightStep] = deque()
         self._oom_cap: int | None = None  # packed tokens per forward after an out-of-memory error
         self._clean_steps = 0
         self.ready = False
@@ -216,11 +262,14 @@ class EngineLoop:
     def _run(self) -> None:
         torch.set_grad_enabled(False)
         while not self._stopping.is_set():
-            self._drain_commands(block=len(self.scheduler) == 0)
+            if len(self.scheduler) == 0:
+                self._settle_all()  # may queue later chunks of a request
+            self._drain_commands(block=len(self.scheduler) == 0 and not self._inflight)
             if self._stopping.is_set():
                 break
             if len(self.scheduler):
                 self._step()
+        self._settle_all()
         self._drain_commands(block=False)
         for state in list(self._states.values()):
             self._finish(state, "cancelled", "the server is shutting down")
@@ -260,20 +309,58 @@ class EngineLoop:
             self._finish(state, "error", f"building the canvas failed: {exc}")
 
     def _step(self) -> None:
+        """Launch one step, then settle the previous one.
+
+        Host bookkeeping (schedule index, who finishes) advances at launch; what needs the
+        GPU's results (finiteness, progress events, decoding) waits until that step is
+        done. Settling one step behind keeps a step queued on the GPU while Python
+        prepares the next, and no call inside a step waits for the device.
+        """
         utts, admitted = self.scheduler.schedule()
         if not utts:
+            self._settle_all()
             return
         now = time.perf_counter()
         for utt in utts:
             if utt.state.started_at is None:
                 utt.state.started_at = now
+        timer = _StepTimer(self.device)
+        parts: list[_Launched] = []
         for group in self._split_for_memory(utts):
-            self._run_step(group)
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
+            parts += self._launch(group)
+        timer.stop()
+        launched = [utt for part in parts for utt in part.utts]
+        for utt in launched:
+            utt.step += 1
+        self.scheduler.retire([u for u in launched if u.finished])
         self._steps += 1
-        self.step_log.append(StepRecord(self._steps, len(utts), sum(u.packed_len for u in utts),
-                                        time.perf_counter() - now, admitted))
+        self._inflight.append(_InFlightStep(self._steps, parts, timer, len(utts),
+                                            sum(u.packed_len for u in utts), admitted))
+        while len(self._inflight) > 1:
+            self._settle(self._inflight.popleft())
+
+    def _settle_all(self) -> None:
+        while self._inflight:
+            self._settle(self._inflight.popleft())
+
+    def _settle(self, step: "_InFlightStep") -> None:
+        """The step's results are needed now: read its flags, report, finish chunks."""
+        for part in step.parts:
+            finite = part.finite.tolist()  # waits for this step only
+            for utt, ok, number in zip(part.utts, finite, part.step_numbers):
+                state = utt.state
+                if state.finished:
+                    continue
+                if not ok:
+                    self._finish(state, "error", "the model produced non-finite logits for this request")
+                    continue
+                state.steps_done += 1
+                self._emit(state, Progress(state.request_id, utt.chunk_index, number, utt.num_step,
+                                           round(state.steps_done / state.total_steps, 4)))
+                if number == utt.num_step:
+                    self._complete_chunk(utt)
+        self.step_log.append(StepRecord(step.index, step.items, step.packed_tokens, step.timer.seconds(),
+                                        step.admitted))
 
     def _split_for_memory(self, utts: list[Utterance]) -> list[list[Utterance]]:
         """Groups whose packed length fits the memory cap learnt from out-of-memory errors.
@@ -299,8 +386,11 @@ class EngineLoop:
             size += utt.packed_len
         return groups
 
-    def _run_step(self, utts: list[Utterance]) -> None:
-        """One step for `utts`; on failure, split the batch to isolate the culprit."""
+    def _launch(self, utts: list[Utterance]) -> list["_Launched"]:
+        """Queue one step for `utts`; on failure, split the batch to isolate the culprit.
+
+        Returns what was launched (fewer utterances when one failed alone).
+        """
         try:
             canvas = build_packed_canvas([u.item for u in utts], self.device)
             logits = self.backbone(canvas)
@@ -316,30 +406,15 @@ class EngineLoop:
             if len(utts) == 1:
                 log.exception("request %s: step failed", utts[0].state.request_id)
                 self._finish(utts[0].state, "error", f"the engine failed on this request: {exc}")
-                return
+                return []
             log.warning("step of %d items failed (%s); retrying in halves", len(utts), exc)
             half = len(utts) // 2
-            self._run_step(utts[:half])
-            self._run_step(utts[half:])
-            return
-        done: list[Utterance] = []
-        for utt, ok in zip(utts, finite):
-            state = utt.state
-            if state.finished:
-                continue
-            if not ok:
-                self._finish(state, "error", "the model produced non-finite logits for this request")
-                continue
-            utt.step += 1
-            state.steps_done += 1
-            self._emit(state, Progress(state.request_id, utt.chunk_index, utt.step, utt.num_step,
-                                       round(state.steps_done / state.total_steps, 4)))
-            if utt.finished:
-                done.append(utt)
-        self.scheduler.retire(done)
-        for utt in done:
-            if not utt.state.finished:
-                self._complete_chunk(utt)
+            return self._launch(utts[:half]) + self._launch(utts[half:])
+        if finite.device.type != "cpu":
+            host = torch.empty(finite.shape, dtype=finite.dtype, pin_memory=True)
+            host.copy_(finite, non_blocking=True)
+            finite = host
+        return [_Launched(utts, finite, [u.step + 1 for u in utts])]
 
     def _complete_chunk(self, utt: Utterance) -> None:
         state = utt.state

@@ -65,6 +65,18 @@ def validate_options(opts: GenerationOptions) -> None:
             raise RequestRejected(f"options.{name}: {message}", field=f"options.{name}")
 
 
+def validate_voice(voice: VoicePrompt, num_codebooks: int, codebook_size: int) -> None:
+    """A voice's codes index the audio embedding table: out-of-range ids would crash the
+    shared step on a GPU (device-side assert), so they are refused here."""
+    tokens = voice.tokens
+    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.shape[0] != num_codebooks:
+        raise RequestRejected(f"voice: codes must have shape ({num_codebooks}, T)", field="voice")
+    if tokens.shape[1] == 0 or tokens.dtype != torch.long:
+        raise RequestRejected("voice: codes must be a non-empty integer array", field="voice")
+    if int(tokens.min()) < 0 or int(tokens.max()) >= codebook_size:
+        raise RequestRejected(f"voice: codes must be in 0..{codebook_size - 1}", field="voice")
+
+
 def plan_request(model, request: SynthesisRequest, frame_rate: int) -> RequestPlan:
     """Chunk the text and size every canvas exactly as `OmniVoice.generate()` would."""
     opts = request.options
@@ -81,6 +93,8 @@ def plan_request(model, request: SynthesisRequest, frame_rate: int) -> RequestPl
             raise RequestRejected(f"instruct: {exc}", field="instruct") from exc
 
     voice = request.voice
+    if voice is not None:
+        validate_voice(voice, model.config.num_audio_codebook, model.config.audio_mask_id)
     ref_text = voice.text if voice else None
     ref_len = voice.num_frames if voice else None
     # duration overrides speed: estimate at speed 1, then fix the length (see _preprocess_all)

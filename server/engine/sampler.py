@@ -32,10 +32,12 @@ class Sampler:
         self.layer_ids = torch.arange(num_codebooks, device=device, dtype=torch.float32)
 
     @torch.inference_mode()
-    def step(self, logits: torch.Tensor, canvas: PackedCanvas, utts: list[Utterance]) -> list[bool]:
+    def step(self, logits: torch.Tensor, canvas: PackedCanvas, utts: list[Utterance]) -> torch.Tensor:
         """Reveal this step's tokens in every item's canvas, in place.
 
-        Returns, per item, whether its logits were finite (a non-finite item must fail).
+        Returns a device bool tensor: per item, whether its logits were finite (an item
+        with non-finite logits must fail). It is not read here, so the step never waits
+        for the GPU; the loop reads it once the step has finished.
         """
         items = canvas.items
         n_cond = sum(item.target_len for item in items)
@@ -55,18 +57,17 @@ class Sampler:
         log_probs[..., self.mask_id] = -float("inf")
         confidence = log_probs.max(dim=-1).values  # (rows, C)
         predicted = log_probs.argmax(dim=-1)
-        finite = torch.isfinite(confidence).all(dim=-1)
 
         # Compute every item's picks first and write them last, so a failure part-way
         # leaves all canvases untouched and the step can be retried with fewer items.
         writes: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
-        ok: list[bool] = []
-        finite_rows = finite.tolist()
+        finite_rows = torch.isfinite(confidence).all(dim=-1)
+        finite_items: list[torch.Tensor] = []
         for i, (item, utt) in enumerate(zip(items, utts)):
             start, t_len = canvas.cond_offsets[i], item.target_len
-            ok.append(all(finite_rows[start : start + t_len]))
+            finite_items.append(finite_rows[start : start + t_len].all())
             k = utt.schedule[utt.step]
-            if k <= 0 or not ok[-1]:
+            if k <= 0:
                 continue
             opts = utt.options
             pred = predicted[start : start + t_len]  # (T, C)
@@ -82,4 +83,4 @@ class Sampler:
             writes.append((tokens.view(-1), chosen, pred.t().flatten()[chosen]))
         for flat, chosen, values in writes:
             flat[chosen] = values
-        return ok
+        return torch.stack(finite_items)
