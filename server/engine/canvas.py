@@ -10,8 +10,9 @@ the previous one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 
@@ -29,6 +30,12 @@ class CanvasItem:
     prefix_audio_mask: torch.Tensor
     tokens: torch.Tensor
     guidance_scale: float
+    # the prefix's audio mask on the host, for building index arrays without device reads
+    prefix_audio_mask_host: np.ndarray = field(default=None, repr=False)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.prefix_audio_mask_host is None:
+            self.prefix_audio_mask_host = self.prefix_audio_mask.cpu().numpy().astype(np.bool_)
 
     @property
     def does_cfg(self) -> bool:
@@ -84,27 +91,40 @@ class PackedCanvas:
         return cond, uncond
 
 
+def _to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    """Host index arrays -> device, through pinned memory without blocking the host."""
+    tensor = torch.from_numpy(array)
+    if device.type == "cpu":
+        return tensor
+    return tensor.pin_memory().to(device, non_blocking=True)
+
+
 def build_packed_canvas(items: list[CanvasItem], device: torch.device | str) -> PackedCanvas:
-    """Pack a step's items into one ragged row (no padding)."""
+    """Pack a step's items into one ragged row (no padding).
+
+    Index arrays (positions, audio mask, target gather index) are built on the host with
+    numpy and copied once; only the token rows are concatenated on the device.
+    """
+    device = torch.device(device)
     ids_parts: list[torch.Tensor] = []
-    mask_parts: list[torch.Tensor] = []
+    mask_parts: list[np.ndarray] = []
     doc_lens: list[int] = []
-    cond_tgt: list[torch.Tensor] = []
-    uncond_tgt: list[torch.Tensor] = []
+    cond_tgt: list[np.ndarray] = []
+    uncond_tgt: list[np.ndarray] = []
     offset = 0
     for item in items:
-        t_len = item.target_len
+        t_len, p_len = item.target_len, item.prefix_len
         ids_parts += [item.prefix_ids, item.tokens]
-        mask_parts.append(item.prefix_audio_mask)
-        mask_parts.append(torch.ones(t_len, dtype=torch.bool, device=device))
+        mask_parts.append(item.prefix_audio_mask_host)
+        mask_parts.append(np.ones(t_len, dtype=np.bool_))
         doc_lens.append(item.cond_len)
-        cond_tgt.append(torch.arange(offset + item.prefix_len, offset + item.cond_len, device=device))
+        cond_tgt.append(np.arange(offset + p_len, offset + p_len + t_len, dtype=np.int64))
         offset += item.cond_len
         if item.does_cfg:
             ids_parts.append(item.tokens)
-            mask_parts.append(torch.ones(t_len, dtype=torch.bool, device=device))
+            mask_parts.append(np.ones(t_len, dtype=np.bool_))
             doc_lens.append(t_len)
-            uncond_tgt.append(torch.arange(offset, offset + t_len, device=device))
+            uncond_tgt.append(np.arange(offset, offset + t_len, dtype=np.int64))
             offset += t_len
 
     cond_offsets: list[int] = []
@@ -120,13 +140,13 @@ def build_packed_canvas(items: list[CanvasItem], device: torch.device | str) -> 
         else:
             uncond_offsets.append(None)
 
-    position_ids = torch.cat([torch.arange(n, device=device) for n in doc_lens])
+    positions = np.concatenate([np.arange(n, dtype=np.int64) for n in doc_lens])
     return PackedCanvas(
         packed_ids=torch.cat(ids_parts, dim=1),
-        audio_mask=torch.cat(mask_parts),
-        position_ids=position_ids,
+        audio_mask=_to_device(np.concatenate(mask_parts), device),
+        position_ids=_to_device(positions, device),
         doc_lens=doc_lens,
-        tgt_index=torch.cat(cond_tgt + uncond_tgt),
+        tgt_index=_to_device(np.concatenate(cond_tgt + uncond_tgt), device),
         items=items,
         cond_offsets=cond_offsets,
         uncond_offsets=uncond_offsets,
