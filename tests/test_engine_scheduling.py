@@ -293,3 +293,25 @@ def test_out_of_memory_shrinks_the_step_instead_of_failing(model):
         assert eng._oom_cap is not None and eng._oom_cap <= limit["tokens"]
     finally:
         eng.stop()
+
+
+def test_drain_finishes_in_flight_work_and_refuses_new(model):
+    eng = _engine(model)
+    c = Collector()
+    eng.submit(SynthesisRequest("quick", TEXT, options=GenerationOptions(num_step=4)), c)
+    assert eng.drain(timeout=60) is True
+    assert c.outcome("quick") == "done"
+    with pytest.raises(RequestRejected) as info:
+        eng.submit(SynthesisRequest("late", TEXT), c)
+    assert info.value.code == "busy"
+    eng.stop()
+
+
+def test_drain_deadline_then_stop_cancels_the_rest(model):
+    eng = _engine(model)
+    c = Collector()
+    eng.submit(SynthesisRequest("slow", TEXT * 3, options=GenerationOptions(num_step=64)), c)
+    assert eng.drain(timeout=0.05) is False
+    eng.stop()
+    c.wait(["slow"], timeout=30)
+    assert c.outcome("slow") == "cancelled"

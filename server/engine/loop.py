@@ -165,6 +165,7 @@ class EngineLoop:
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
         self._inflight: deque[_InFlightStep] = deque()
+        self._accepting = True
         self._oom_cap: int | None = None  # packed tokens per forward after an out-of-memory error
         self._clean_steps = 0
         self.ready = False
@@ -201,10 +202,25 @@ class EngineLoop:
         if self._thread is not None:
             self._thread.join(timeout)
 
+    def drain(self, timeout: float) -> bool:
+        """Take no new work; wait up to `timeout` s for what is in flight to finish.
+
+        Returns True when everything finished; then (or after the deadline) `stop()`
+        cancels whatever is left.
+        """
+        self._accepting = False
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not self._live_ids:
+                    return True
+            time.sleep(0.02)
+        return False
+
     def submit(self, request: SynthesisRequest, sink: EventSink) -> Accepted:
         """Validate and plan on the caller's thread, then queue for the engine thread."""
-        if self._stopping.is_set():
-            raise RequestRejected("the engine is shutting down", code="busy")
+        if self._stopping.is_set() or not self._accepting:
+            raise RequestRejected("the server is shutting down; try another replica or later", code="busy")
         plan = plan_request(self.model, request, self.frame_rate)
         seed = request.options.seed
         if seed is None:

@@ -81,6 +81,14 @@ class EnginePool:
         for engine in self.engines:
             engine.stop(timeout)
 
+    def drain(self, timeout: float) -> bool:
+        """Every engine takes no new work; wait (in parallel) for their in-flight work."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        results = [engine.drain(max(0.0, deadline - time.monotonic())) for engine in self.engines]
+        return all(results)
+
     def submit(self, request: SynthesisRequest, sink: EventSink) -> Accepted:
         with self._lock:
             index = min(range(len(self.engines)), key=lambda i: self._work[i])
