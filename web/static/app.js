@@ -459,8 +459,7 @@ $("apikey-form").addEventListener("submit", (ev) => {
   $("api-key-error").hidden = true;
   $("apikey-panel").open = false;
   announce(key ? "API key saved." : "API key removed.");
-  connection.reconnectNow();
-  refreshVoices();
+  connection.reconnectNow(); // the voice library reloads once connected
 });
 $("api-key").value = storedKey();
 if (boot.api_key_required && !apiKey()) $("apikey-panel").open = true;
@@ -546,6 +545,8 @@ async function generate() {
   jobs.set(id, job);
   job.mount(jobList);
   updateJobsUi();
+  // One column (phones): bring the new card into view; focus stays where it is.
+  if (window.matchMedia("(max-width: 979px)").matches) job.el.scrollIntoView({ block: "nearest", behavior: "smooth" });
   announce(`Request ${seq} started.`);
 
   try {
@@ -709,7 +710,7 @@ function setClip(next, status) {
 const CLIP_HINT = $("clip-status").textContent;
 
 function hideVoiceFormErrors() {
-  for (const id of ["voice-file-error", "voice-text-error", "voice-form-error"]) $(id).hidden = true;
+  for (const id of ["voice-name-error", "voice-file-error", "voice-text-error", "voice-form-error"]) $(id).hidden = true;
   $("voice-text").removeAttribute("aria-invalid");
 }
 
@@ -769,7 +770,8 @@ recordButton.addEventListener("click", toggleRecording);
 function showVoiceFormError(err) {
   const message = err.message || String(err);
   let id = "voice-form-error";
-  if (/transcript|\btext\b/i.test(message)) id = "voice-text-error";
+  if (/^name\b/i.test(message)) id = "voice-name-error";
+  else if (/transcript|\btext\b/i.test(message)) id = "voice-text-error";
   else if (err.status === 413 || err.status === 415 || /audio|file|clip|format/i.test(message)) id = "voice-file-error";
   $(id).textContent = message;
   $(id).hidden = false;
@@ -802,6 +804,7 @@ $("voice-form").addEventListener("submit", async (ev) => {
     setClip(null, CLIP_HINT);
     setVoiceMode("library");
     await refreshVoices(created.id);
+    $("add-voice").open = false;
     $(`voice-opt-${created.id}`)?.focus();
   } catch (err) {
     showVoiceFormError(err);

@@ -83,6 +83,7 @@ export class Job {
   setState(state) {
     this.state = state;
     this.el.dataset.state = state;
+    this.el.dataset.audio = this.samples > 0 ? "yes" : "no";
     this.$.state.textContent = STATE_TEXT[state] || state;
     const ended = !this.active;
     this.$.cancel.hidden = ended;
@@ -153,7 +154,7 @@ export class Job {
       ["First audio", t.first_audio_ms != null ? fmtMs(t.first_audio_ms) : "–"],
       ["Queue", t.queue_ms != null ? fmtMs(t.queue_ms) : "–"],
       ["Total", t.total_ms != null ? fmtMs(t.total_ms) : "–"],
-      ["Real-time factor", t.total_ms != null && audioS > 0 ? `${(t.total_ms / 1000 / audioS).toFixed(3)}×` : "–"],
+      ["RTF", t.total_ms != null && audioS > 0 ? `${(t.total_ms / 1000 / audioS).toFixed(3)}` : "–"],
     ];
     this.$.timings.replaceChildren(
       ...rows.map(([k, v]) => {
@@ -161,6 +162,7 @@ export class Job {
         const dt = document.createElement("dt");
         const dd = document.createElement("dd");
         dt.textContent = k;
+        if (k === "RTF") dt.title = "Real-time factor: compute time over audio length (below 1 is faster than real time)";
         dd.textContent = v;
         dd.dataset.timing = k.toLowerCase().replace(/[^a-z]+/g, "_");
         div.append(dt, dd);
@@ -175,7 +177,9 @@ export class Job {
 
   onCancelled() {
     this.setState("cancelled");
-    this.$.progressText.textContent = `Cancelled after ${(this.samples / this.sampleRate).toFixed(2)} s of audio`;
+    this.$.progressText.textContent = this.samples
+      ? `Cancelled after ${(this.samples / this.sampleRate).toFixed(2)} s of audio`
+      : "Cancelled before any audio";
     this.wave.finish();
     if (this.samples > 0) this.makeDownload();
     this.updatePlayButton();

@@ -45,7 +45,7 @@ export class VoicesApi {
   async create({ file, filename, text, name }) {
     const form = new FormData();
     form.append("audio", file, filename || file.name || "clip.wav");
-    form.append("text", text);
+    if (text) form.append("text", text); // without one, a server with ASR transcribes the clip
     if (name) form.append("name", name);
     const res = await fetch("/v1/voices", { method: "POST", body: form, headers: this.headers() });
     if (!res.ok) throw await apiError(res);

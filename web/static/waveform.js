@@ -94,6 +94,14 @@ export class Waveform {
     const step = Math.max(1, Math.floor(span / w)); // peaks per pixel column
     const playedBlocks = this.playhead === null ? -1 : this.playhead / this.block;
     const mid = h / 2;
+    // Scale to the loudest peak so quiet audio still shows its shape.
+    if (this.scaledUpTo !== this.peaks.length) {
+      let peak = 0.05;
+      for (const [lo, hi] of this.peaks) peak = Math.max(peak, -lo, hi);
+      this.gain = 1 / peak;
+      this.scaledUpTo = this.peaks.length;
+    }
+    const gain = this.gain;
     for (let i = 0; i < this.peaks.length; i += step) {
       let lo = 1;
       let hi = -1;
@@ -102,8 +110,8 @@ export class Waveform {
         hi = Math.max(hi, this.peaks[j][1]);
       }
       const x = (i / span) * w;
-      const top = mid - Math.max(hi, 0.01) * mid * 0.95;
-      const bottom = mid - Math.min(lo, -0.01) * mid * 0.95;
+      const top = mid - Math.max(hi * gain, 0.02) * mid * 0.92;
+      const bottom = mid - Math.min(lo * gain, -0.02) * mid * 0.92;
       g.fillStyle = i < playedBlocks ? played : base;
       g.fillRect(x, top, Math.max(1, barW * step - (barW * step > 3 ? 1 : 0)), bottom - top);
     }
