@@ -1,0 +1,200 @@
+"""Shared by the browser tests: starting a real `chorus serve`, and Chromium's settings."""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import wave
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+from playwright.sync_api import Locator, Page, expect
+
+REPO = Path(__file__).resolve().parent.parent
+ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    # Without these, Chromium's own background connections on a closed network make
+    # it refuse connections many at a time.
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    # Playback starts with the first chunk, without a click on the page first.
+    "--autoplay-policy=no-user-gesture-required",
+    # A fake microphone (a beep) for the recorder, granted without a prompt.
+    "--use-fake-device-for-media-stream",
+    "--use-fake-ui-for-media-stream",
+]
+LISTENING = re.compile(r"Chorus listening on (http://\S+)")
+SERVER_START_TIMEOUT_S = 180
+
+
+@dataclass
+class ChorusServer:
+    url: str
+    port: int
+    proc: subprocess.Popen
+    log_path: Path
+    workdir: Path
+    cache_dir: Path
+    extra_args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+
+    def restart(self) -> None:
+        """Start it again on the same port, voices and checkpoint (after `stop`)."""
+        again = start_server(self.workdir, self.log_path.stem, self.extra_args, port=self.port,
+                             cache_dir=self.cache_dir)
+        self.proc = again.proc
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+
+
+def start_server(workdir: Path, name: str, extra_args: list[str] | None = None,
+                 port: int = 0, cache_dir: Path | None = None) -> ChorusServer:
+    """`python -m server serve`, waiting for its `Chorus listening on ...` line."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    log_path = ARTIFACTS / f"{name}.log"
+    cache_dir = cache_dir or workdir / "cache"
+    env = {
+        **os.environ,
+        "CHORUS_CACHE_DIR": str(cache_dir),
+        "PYTHONUNBUFFERED": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    env.pop("CHORUS_MODEL", None)
+    env.pop("CHORUS_API_KEY", None)
+    args = [sys.executable, "-m", "server", "serve", "--port", str(port),
+            "--voices-dir", str(workdir / "voices"), *(extra_args or [])]
+    log = open(log_path, "ab" if port else "wb")  # a restart appends to its first log
+    proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=log)
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            log.write(raw)
+            log.flush()
+            lines.put(raw.decode(errors="replace"))
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    while True:
+        try:
+            line = lines.get(timeout=SERVER_START_TIMEOUT_S)
+        except queue.Empty:
+            proc.kill()
+            pytest.fail(f"chorus serve printed no 'Chorus listening' line in {SERVER_START_TIMEOUT_S} s; "
+                        f"see {log_path}")
+        if line is None:
+            pytest.fail(f"chorus serve exited with {proc.wait()} before listening; see {log_path}")
+        found = LISTENING.search(line)
+        if found:
+            url = found.group(1).rstrip("/")
+            return ChorusServer(url=url, port=int(url.rsplit(":", 1)[1]), proc=proc, log_path=log_path,
+                                workdir=workdir, cache_dir=cache_dir, extra_args=list(extra_args or []),
+                                env=env)
+
+
+# ------------------------------------------------------------------------------ page helpers
+
+LONG = 60_000  # ms: generous limits for a busy 2-core machine
+SENTENCES = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Streaming speech arrives one chunk at a time.",
+    "Each chunk starts playing as soon as it is ready.",
+    "Nothing waits for the whole utterance to finish.",
+]
+
+
+def shot(page: Page, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.evaluate("window.scrollTo(0, 0)")  # sticky panels sit where they belong
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def open_page(page: Page, server: ChorusServer) -> None:
+    page.goto(server.url + "/")
+    expect(page.locator("#conn-status")).to_have_attribute("data-state", "open", timeout=LONG)
+
+
+def record_job_events(page: Page) -> None:
+    """Log every state change and progress value of every job card, in order."""
+    page.evaluate(
+        """() => {
+      window.__events = [];
+      new MutationObserver((records) => {
+        for (const r of records) {
+          const card = r.target.closest("li.job");
+          if (!card) continue;
+          if (r.attributeName === "data-state") window.__events.push([card.dataset.jobId, "state", card.dataset.state]);
+          if (r.attributeName === "aria-valuenow")
+            window.__events.push([card.dataset.jobId, "progress", Number(r.target.getAttribute("aria-valuenow"))]);
+        }
+      }).observe(document.getElementById("job-list"), {
+        subtree: true, attributes: true, attributeFilter: ["data-state", "aria-valuenow"],
+      });
+    }"""
+    )
+
+
+def events(page: Page) -> list[list]:
+    return page.evaluate("window.__events")
+
+
+def set_knobs(page: Page, **values) -> None:
+    advanced = page.locator("#advanced")
+    if advanced.get_attribute("open") is None:
+        page.click("#advanced > summary")
+    for name, value in values.items():
+        page.fill(f"#knob-{name}", str(value))
+
+
+def generate(page: Page, text: str | None = None) -> tuple[Locator, str]:
+    """Press Generate; returns the new card and its request id."""
+    if text is not None:
+        page.fill("#text", text)
+    cards = page.locator("li.job")
+    before = cards.count()
+    page.click("#generate")
+    expect(cards).to_have_count(before + 1)
+    card = cards.first  # newest first
+    job_id = card.get_attribute("data-job-id")
+    assert job_id
+    return page.locator(f'li.job[data-job-id="{job_id}"]'), job_id
+
+
+def job_value(page: Page, job_id: str, expression: str):
+    return page.evaluate(f"(id) => {{ const job = window.chorus.jobs.get(id); return {expression}; }}", job_id)
+
+
+def make_wav(path: Path, seconds: float = 2.0, rate: int = 16000) -> Path:
+    """A speech-like clip: a gliding harmonic tone in syllable-rate bursts."""
+    t = np.arange(int(seconds * rate)) / rate
+    f0 = 140 + 30 * np.sin(2 * np.pi * 0.7 * t)
+    phase = 2 * np.pi * np.cumsum(f0) / rate
+    voice = sum(np.sin(k * phase) / k for k in range(1, 6))
+    clip = 0.3 * voice * np.clip(np.sin(2 * np.pi * 3.0 * t), 0, None) ** 0.5
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes((np.clip(clip, -1, 1) * 32767).astype("<i2").tobytes())
+    return path
