@@ -1,4 +1,9 @@
-"""Litestar app factory: routes and lifespan."""
+"""Litestar app factory: routes, error shape, dependencies, and the engines' lifespan.
+
+The lifespan loads one engine per device (in threads: loading is slow and touches torch),
+starts their step threads, and stops them on shutdown, which ends every request still in
+flight with `cancelled`. Handlers get the service and config by dependency injection.
+"""
 
 from __future__ import annotations
 
@@ -7,39 +12,84 @@ import logging
 from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
-from litestar import Litestar, MediaType, get
+from litestar import Litestar
 from litestar.datastructures import State
-from litestar.response import Response
+from litestar.di import Provide
+from litestar.exceptions import HTTPException
 
+from server.api import ops, speech, stream, voices
+from server.api.errors import ApiError, api_error_handler, http_exception_handler, internal_error_handler
 from server.config import ServerConfig
+from server.metrics import Metrics
+from server.service import Engine, SynthesisService
+from server.voices import VoiceStore
 
 log = logging.getLogger("chorus.app")
+MAX_UPLOAD_BYTES = 32 * 1024 * 1024
 
 
-def create_app(cfg: ServerConfig) -> Litestar:
+async def load_engines(cfg: ServerConfig) -> Engine:
+    """One started engine per device of `--device` (`cuda`: every visible GPU), as a pool."""
+    from server.engine.pool import EnginePool
+
+    assert cfg.model, "the model is resolved before the app starts"
+    pool = await asyncio.to_thread(EnginePool.load, cfg.model, cfg.engine)
+    if cfg.asr_model:
+        # the reference's own loader (`OmniVoice.load_asr_model`), before the engine threads start
+        for engine in pool.engines:
+            await asyncio.to_thread(engine.model.load_asr_model, cfg.asr_model)
+    pool.start()
+    log.info("engines ready", extra={"engines": len(pool.engines), "device": cfg.engine.device, "model": cfg.model})
+    return pool
+
+
+def create_app(cfg: ServerConfig, engine: Engine | None = None) -> Litestar:
+    """The app; `engine` (already started) replaces loading the model named by `cfg`."""
+
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
-        from server.checkpoint import load_omnivoice
-
-        app.state.ready = False
-        app.state.model = await asyncio.to_thread(load_omnivoice, cfg.model, cfg.engine.device, cfg.engine.dtype)
+        store = VoiceStore(cfg.voices_dir)
+        running = engine if engine is not None else await load_engines(cfg)
+        app.state.service = SynthesisService(running, store, Metrics(), max_queue=cfg.max_queue,
+                                             asr_available=bool(cfg.asr_model))
         app.state.ready = True
         try:
             yield
         finally:
             app.state.ready = False
+            if engine is None:  # ends what is left with `cancelled`
+                await asyncio.to_thread(running.stop)
+            store.close()
 
-    @get("/healthz", media_type=MediaType.JSON)
-    async def healthz() -> dict:
-        return {"status": "ok"}
+    def provide_service(state: State) -> SynthesisService:
+        return state.service
 
-    @get("/readyz", media_type=MediaType.JSON)
-    async def readyz(state: State) -> Response:
-        ready = bool(state.get("ready"))
-        return Response({"ready": ready}, status_code=200 if ready else 503)
+    def provide_config(state: State) -> ServerConfig:
+        return state.config
+
+    from web.pages import template_config, web_route_handlers
 
     return Litestar(
-        route_handlers=[healthz, readyz],
+        route_handlers=[
+            ops.healthz, ops.readyz, ops.metrics,
+            stream.stream,
+            speech.speech,
+            voices.create_voice, voices.list_voices, voices.get_voice, voices.delete_voice,
+            *web_route_handlers(cfg),
+        ],
+        template_config=template_config(),
+        dependencies={
+            "service": Provide(provide_service, sync_to_thread=False),
+            "config": Provide(provide_config, sync_to_thread=False),
+        },
+        exception_handlers={
+            ApiError: api_error_handler,
+            HTTPException: http_exception_handler,
+            Exception: internal_error_handler,
+        },
         lifespan=[lifespan],
         state=State({"config": cfg, "ready": False}),
+        request_max_body_size=MAX_UPLOAD_BYTES,
+        openapi_config=None,
+        logging_config=None,  # logging is configured once, by the command line
     )

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
-import sys
 from pathlib import Path
 
 from server.config import ServerConfig
@@ -39,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-packed-tokens", type=_positive_int, default=24576)
     serve.add_argument("--max-queue", type=_positive_int, default=256)
     serve.add_argument("--max-text-chars", type=_positive_int, default=5000)
+    serve.add_argument("--max-inflight", type=_positive_int, default=16,
+                       help="requests one WebSocket connection may have in flight")
     serve.add_argument("--attention", choices=["auto", "torch", "flashinfer"], default="auto")
     serve.add_argument("--log-level", default=os.environ.get("CHORUS_LOG_LEVEL", "info"))
 
@@ -65,6 +65,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     cfg.asr_model = args.asr_model
     cfg.max_queue = args.max_queue
     cfg.max_text_chars = args.max_text_chars
+    cfg.max_inflight_per_connection = args.max_inflight
     cfg.engine.device = args.device
     cfg.engine.dtype = args.dtype or ("float32" if args.device == "cpu" else "bfloat16")
     cfg.engine.max_batch_size = args.max_batch_size
@@ -74,13 +75,9 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
 
 
 def _configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    for noisy in ("transformers", "huggingface_hub", "urllib3", "httpx"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    from server.logs import configure
+
+    configure(level)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -45,3 +45,14 @@ def make_reference_clip(seconds: float = 2.0, sample_rate: int = 16000, seed: in
 @pytest.fixture(scope="session")
 def reference_clip() -> tuple[np.ndarray, int]:
     return make_reference_clip(), 16000
+
+
+@pytest.fixture(scope="session")
+def chorus_server(tiny_checkpoint, tmp_path_factory):
+    """One real `chorus serve` on the tiny checkpoint, shared by the integration tests
+    that need no special flags (tests that restart a server start their own)."""
+    from tests.serverproc import ChorusServer
+
+    server = ChorusServer(tiny_checkpoint, tmp_path_factory.mktemp("server")).start()
+    yield server
+    server.stop()

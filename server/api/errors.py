@@ -1,0 +1,56 @@
+"""HTTP errors in the protocol's one shape: `{"error": {"code": CODE, "message": TEXT}}`.
+
+Codes are the WebSocket's; the status follows from the code (or is given, e.g. 415).
+Litestar's own errors (unknown route, body too large, ...) are rewritten into the same shape.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from litestar import Request, Response
+from litestar.exceptions import HTTPException
+
+log = logging.getLogger("chorus.http")
+
+STATUS = {
+    "bad_message": 400,
+    "invalid_request": 422,
+    "unauthorized": 401,
+    "voice_not_found": 404,
+    "text_too_long": 413,
+    "duplicate_id": 409,
+    "too_many_requests": 429,
+    "busy": 503,
+    "internal": 500,
+}
+
+
+class ApiError(Exception):
+    def __init__(self, code: str, message: str, status: int | None = None):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.status = status or STATUS.get(code, 400)
+
+
+def error_response(code: str, message: str, status: int, headers: dict[str, str] | None = None) -> Response:
+    return Response({"error": {"code": code, "message": message}}, status_code=status, headers=headers)
+
+
+def api_error_handler(_: Request, exc: ApiError) -> Response:
+    return error_response(exc.code, exc.message, exc.status)
+
+
+def http_exception_handler(request: Request, exc: HTTPException) -> Response:
+    status = exc.status_code
+    code = {401: "unauthorized", 503: "busy"}.get(status, "internal" if status >= 500 else "invalid_request")
+    message = exc.detail or "error"
+    if status == 404 and message == "Not Found":
+        message = f"no such route: {request.method} {request.url.path}"
+    return error_response(code, message, status, headers=getattr(exc, "headers", None))
+
+
+def internal_error_handler(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return error_response("internal", "the server failed on this request", 500)

@@ -1,0 +1,213 @@
+"""`GET /v1/stream`: the WebSocket protocol (PROTOCOL.md), one `Connection` per socket.
+
+A connection runs two loops: the reader parses frames and starts requests (each in its
+own task, since resolving a voice may wait on an encode), and the writer sends frames
+from one outbox, so replies and engine events never interleave mid-frame and `accepted`
+always precedes a request's first event. A bad frame is answered with an `error` and
+nothing else changes; a disconnect cancels the connection's requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from dataclasses import dataclass
+
+from litestar import WebSocket, websocket
+
+from server import protocol as p
+from server.api.auth import is_authorized
+from server.audio_io import encode_samples
+from server.config import ServerConfig
+from server.engine.types import Accepted, ChunkAudio, Finished, GenerationOptions, Progress, SynthesisRequest
+from server.service import ServiceError, SynthesisService
+
+log = logging.getLogger("chorus.stream")
+_connection_ids = itertools.count(1)
+ENDPOINT = "stream"
+
+
+@dataclass
+class _Request:
+    """A client request on this connection, from its frame to its last reply."""
+
+    client_id: str
+    request_id: str  # engine-wide: connection prefix + client id
+    encoding: str
+    progress: bool
+    accepted: Accepted | None = None
+    cancel_requested: bool = False
+    audio_frames: int = 0
+    task: asyncio.Task | None = None
+
+
+class Connection:
+    def __init__(self, socket: WebSocket, service: SynthesisService, cfg: ServerConfig):
+        self.socket = socket
+        self.service = service
+        self.cfg = cfg
+        self.prefix = f"c{next(_connection_ids)}"
+        self.requests: dict[str, _Request] = {}
+        self.outbox: asyncio.Queue[str | bytes | None] = asyncio.Queue()
+        self.open = True
+
+    # ---- lifecycle ----------------------------------------------------------------------
+
+    async def serve(self) -> None:
+        await self.socket.accept()
+        if not is_authorized(self.socket, self.cfg.api_key):
+            await self.socket.send_text(p.encode(p.ErrorMsg(None, "unauthorized", "a valid API key is required")))
+            await self.socket.close(code=1008, reason="unauthorized")
+            return
+        log.info("connected", extra={"connection": self.prefix})
+        self._send(p.Ready(
+            model=self.service.model_name,
+            sample_rate=self.service.sample_rate,
+            limits=p.Limits(self.cfg.max_text_chars, self.cfg.max_inflight_per_connection),
+        ))
+        writer = asyncio.create_task(self._write())
+        try:
+            await self._read()
+        finally:
+            self.open = False
+            for req in list(self.requests.values()):
+                self._cancel(req)
+            self.outbox.put_nowait(None)
+            writer.cancel()
+            log.info("disconnected", extra={"connection": self.prefix, "cancelled": len(self.requests) or None})
+
+    async def _read(self) -> None:
+        while True:
+            event = await self.socket.receive()
+            if event["type"] != "websocket.receive":
+                return  # websocket.disconnect (closed, dropped, or a frame over the size limit)
+            text = event.get("text")
+            if text is None:
+                self._error(None, "bad_message", "binary frames are not accepted; send JSON text frames")
+                continue
+            self._handle(text)
+
+    async def _write(self) -> None:
+        while (frame := await self.outbox.get()) is not None:
+            try:
+                if isinstance(frame, bytes):
+                    await self.socket.send_bytes(frame)
+                else:
+                    await self.socket.send_text(frame)
+            except Exception:  # noqa: BLE001 - the peer is gone; the reader will see it
+                self.open = False
+                return
+
+    # ---- frames in ----------------------------------------------------------------------
+
+    def _handle(self, text: str) -> None:
+        try:
+            message = p.parse_client_message(text)
+        except p.ProtocolError as exc:
+            self._refuse(exc.request_id, exc.code, exc.message)
+            return
+        if isinstance(message, p.Synthesize):
+            self._synthesize(message)
+        elif isinstance(message, p.Cancel):
+            if (req := self.requests.get(message.id)) is not None:
+                self._cancel(req)
+            # an id not in flight (unknown, or already ended) is ignored: its end was already sent
+        else:
+            self._send(p.Pong())
+
+    def _synthesize(self, msg: p.Synthesize) -> None:
+        if msg.id in self.requests:
+            self._refuse(msg.id, "duplicate_id", f"id: {msg.id!r} is already in flight on this connection")
+        elif len(self.requests) >= self.cfg.max_inflight_per_connection:
+            self._refuse(msg.id, "too_many_requests",
+                         f"this connection already has {len(self.requests)} requests in flight "
+                         f"(limit {self.cfg.max_inflight_per_connection})")
+        elif len(msg.text) > self.cfg.max_text_chars:
+            self._refuse(msg.id, "text_too_long",
+                         f"text: {len(msg.text)} characters, over the limit of {self.cfg.max_text_chars}")
+        else:
+            req = _Request(msg.id, f"{self.prefix}/{msg.id}", msg.encoding, msg.progress)
+            self.requests[msg.id] = req
+            req.task = asyncio.create_task(self._start(req, msg))
+
+    async def _start(self, req: _Request, msg: p.Synthesize) -> None:
+        try:
+            ref = msg.reference
+            voice = await self.service.resolve_voice(msg.voice, ref.audio if ref else None, ref.text if ref else None)
+            if req.cancel_requested or not self.open:
+                self._end(req, p.Cancelled(req.client_id))
+                return
+            o = msg.options
+            request = SynthesisRequest(
+                request_id=req.request_id, text=msg.text, language=msg.language, instruct=msg.instruct,
+                voice=voice, stream=msg.stream_mode,
+                options=GenerationOptions(
+                    num_step=o.num_step, guidance_scale=o.guidance_scale, t_shift=o.t_shift,
+                    layer_penalty_factor=o.layer_penalty_factor, position_temperature=o.position_temperature,
+                    class_temperature=o.class_temperature, denoise=o.denoise, speed=o.speed,
+                    duration=o.duration, seed=o.seed, postprocess=o.postprocess,
+                    chunk_seconds=o.chunk_seconds, chunk_threshold=o.chunk_threshold,
+                ),
+            )
+            req.accepted = self.service.submit(request, lambda event: self._deliver(req, event), ENDPOINT)
+        except ServiceError as exc:
+            self._end(req, p.ErrorMsg(req.client_id, exc.code, exc.message))
+            return
+        except Exception:  # noqa: BLE001 - a bug here fails this request only
+            log.exception("starting a request failed", extra={"request_id": req.request_id})
+            self._end(req, p.ErrorMsg(req.client_id, "internal", "the server failed to start this request"))
+            return
+        self._send(p.AcceptedMsg(req.client_id, req.accepted.chunks, list(req.accepted.target_seconds)))
+
+    def _cancel(self, req: _Request) -> None:
+        req.cancel_requested = True
+        if req.accepted is not None:
+            self.service.cancel(req.request_id)
+
+    # ---- frames out ---------------------------------------------------------------------
+
+    def _deliver(self, req: _Request, event: Progress | ChunkAudio | Finished) -> None:
+        """The service's ordered events for `req` -> frames (on the event loop)."""
+        if isinstance(event, Progress):
+            if req.progress:
+                self._send(p.ProgressMsg(req.client_id, event.chunk, event.step, event.num_steps, event.fraction))
+        elif isinstance(event, ChunkAudio):
+            payload = encode_samples(event.audio, req.encoding)
+            header = p.AudioHeader(req.client_id, event.chunk, event.final, event.sample_rate, req.encoding,
+                                   int(event.audio.shape[-1]))
+            req.audio_frames += 1
+            self._send_bytes(p.audio_frame(header, payload))
+        elif event.outcome == "done":
+            timings = p.Timings(event.queue_ms, event.first_audio_ms, event.total_ms)
+            self._end(req, p.Done(req.client_id, req.audio_frames, event.audio_seconds, timings))
+        elif event.outcome == "cancelled":
+            self._end(req, p.Cancelled(req.client_id))
+        else:
+            self._end(req, p.ErrorMsg(req.client_id, "internal", event.message or "the engine failed on this request"))
+
+    def _end(self, req: _Request, message: p.ServerMessage) -> None:
+        if self.requests.get(req.client_id) is req:
+            del self.requests[req.client_id]
+        self._send(message)
+
+    def _refuse(self, request_id: str | None, code: str, message: str) -> None:
+        self.service.reject(ENDPOINT, code)
+        self._error(request_id, code, message)
+
+    def _error(self, request_id: str | None, code: str, message: str) -> None:
+        self._send(p.ErrorMsg(request_id, code, message))
+
+    def _send(self, message: p.ServerMessage) -> None:
+        if self.open:
+            self.outbox.put_nowait(p.encode(message))
+
+    def _send_bytes(self, frame: bytes) -> None:
+        if self.open:
+            self.outbox.put_nowait(frame)
+
+
+@websocket("/v1/stream")
+async def stream(socket: WebSocket) -> None:
+    state = socket.app.state
+    await Connection(socket, state.service, state.config).serve()

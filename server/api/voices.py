@@ -1,0 +1,75 @@
+"""`/v1/voices`: upload a reference clip once (encoded with the codec, stored), list, delete."""
+
+from __future__ import annotations
+
+import asyncio
+
+import msgspec
+from litestar import Request, delete, get, post
+from litestar.datastructures import UploadFile
+
+from server.api.auth import require_api_key
+from server.api.errors import ApiError
+from server.audio_io import AudioError, decode_audio
+from server.config import ServerConfig
+from server.service import ServiceError, SynthesisService
+from server.voices import VoiceInfo
+
+MAX_NAME_CHARS = 100
+
+
+class VoiceList(msgspec.Struct):
+    voices: list[VoiceInfo]
+
+
+def _form_text(form, name: str) -> str | None:
+    value = form.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ApiError("invalid_request", f"{name}: must be a text field, not a file")
+    return value
+
+
+@post("/v1/voices", guards=[require_api_key], status_code=201)
+async def create_voice(request: Request, service: SynthesisService, config: ServerConfig) -> VoiceInfo:
+    if request.content_type[0] != "multipart/form-data":
+        raise ApiError("invalid_request", "send multipart/form-data: an `audio` file (wav, flac, ogg or mp3), "
+                       "its `text` transcript, and optionally a `name`", status=415)
+    form = await request.form()
+    upload = form.get("audio")
+    if not isinstance(upload, UploadFile):
+        raise ApiError("invalid_request", "audio: required, a wav, flac, ogg or mp3 file")
+    text, name = _form_text(form, "text"), _form_text(form, "name")
+    if text is not None and len(text) > config.max_text_chars:
+        raise ApiError("text_too_long", f"text: over the limit of {config.max_text_chars} characters")
+    if name is not None and (not name.strip() or len(name) > MAX_NAME_CHARS):
+        raise ApiError("invalid_request", f"name: must be 1..{MAX_NAME_CHARS} characters")
+    data = await upload.read()
+    try:
+        audio = await asyncio.to_thread(decode_audio, data, "audio")
+    except AudioError as exc:
+        raise ApiError("invalid_request", str(exc), status=415 if exc.unsupported else 422) from None
+    try:
+        return await service.add_voice(audio, text, name.strip() if name else None)
+    except ServiceError as exc:
+        raise ApiError(exc.code, exc.message) from None
+
+
+@get("/v1/voices", guards=[require_api_key])
+async def list_voices(service: SynthesisService) -> VoiceList:
+    return VoiceList(await asyncio.to_thread(service.voices.list))
+
+
+@get("/v1/voices/{voice_id:str}", guards=[require_api_key])
+async def get_voice(voice_id: str, service: SynthesisService) -> VoiceInfo:
+    info = await asyncio.to_thread(service.voices.get, voice_id)
+    if info is None:
+        raise ApiError("voice_not_found", f"voice: no voice {voice_id!r} in the library")
+    return info
+
+
+@delete("/v1/voices/{voice_id:str}", guards=[require_api_key], status_code=204)
+async def delete_voice(voice_id: str, service: SynthesisService) -> None:
+    if not await service.delete_voice(voice_id):
+        raise ApiError("voice_not_found", f"voice: no voice {voice_id!r} in the library")

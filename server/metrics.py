@@ -1,0 +1,78 @@
+"""Prometheus metrics: one registry per app, so tests can run many apps in one process.
+
+Request-level numbers are counted as requests end; engine-level ones (queue depth, items
+in flight, packed tokens and latency per step) are read from each engine's stats and step
+log when `/metrics` is scraped, so the engine thread never calls into this module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST  # noqa: F401 - re-exported for the handler
+
+STEP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+TOKEN_BUCKETS = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
+FIRST_AUDIO_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+@dataclass
+class Metrics:
+    registry: CollectorRegistry = field(default_factory=lambda: CollectorRegistry(auto_describe=True))
+
+    def __post_init__(self) -> None:
+        r = self.registry
+        self.requests = Counter("chorus_requests", "Requests by endpoint and outcome (done, cancelled, "
+                                "error, or the rejection code)", ["endpoint", "outcome"], registry=r)
+        self.queue_depth = Gauge("chorus_queue_depth", "Text chunks waiting for a step slot", ["engine"],
+                                 registry=r)
+        self.inflight_items = Gauge("chorus_inflight_items", "Text chunks being stepped", ["engine"],
+                                    registry=r)
+        self.inflight_requests = Gauge("chorus_inflight_requests", "Accepted requests not yet ended",
+                                       registry=r)
+        self.packed_tokens = Histogram("chorus_packed_tokens_per_step", "Packed tokens in one diffusion step",
+                                       ["engine"], buckets=TOKEN_BUCKETS, registry=r)
+        self.step_seconds = Histogram("chorus_step_seconds", "Wall time of one diffusion step", ["engine"],
+                                      buckets=STEP_BUCKETS, registry=r)
+        self.steps = Counter("chorus_steps", "Diffusion steps run", ["engine"], registry=r)
+        self.audio_seconds = Counter("chorus_audio_seconds", "Seconds of audio produced", registry=r)
+        self.first_audio = Histogram("chorus_time_to_first_audio_seconds", "From submission to the first audio",
+                                     buckets=FIRST_AUDIO_BUCKETS, registry=r)
+        self._counted_steps: dict[str, int] = {}
+        self._seen_steps: dict[str, int] = {}
+
+    def rejected(self, endpoint: str, code: str) -> None:
+        self.requests.labels(endpoint, code).inc()
+
+    def finished(self, endpoint: str, outcome: str, audio_seconds: float, first_audio_ms: float | None) -> None:
+        self.requests.labels(endpoint, outcome).inc()
+        if audio_seconds > 0:
+            self.audio_seconds.inc(audio_seconds)
+        if first_audio_ms is not None:
+            self.first_audio.observe(first_audio_ms / 1000.0)
+
+    def observe_engines(self, engines: Iterable[Any]) -> None:
+        """Copy each engine's gauges and its steps since the last scrape into the registry."""
+        for engine in engines:
+            stats = engine.stats()
+            name = stats.name
+            self.queue_depth.labels(name).set(stats.waiting_items)
+            self.inflight_items.labels(name).set(stats.running_items)
+            counted = self._counted_steps.get(name, 0)
+            if stats.steps_total > counted:
+                self.steps.labels(name).inc(stats.steps_total - counted)
+                self._counted_steps[name] = stats.steps_total
+            # the log holds only the most recent steps; each record carries its step number
+            seen = self._seen_steps.get(name, 0)
+            records = list(engine.step_log)
+            for record in records:
+                if record.index > seen:
+                    self.packed_tokens.labels(name).observe(record.packed_tokens)
+                    self.step_seconds.labels(name).observe(record.seconds)
+            if records:
+                self._seen_steps[name] = max(seen, records[-1].index)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,238 @@
+"""The asyncio side of a request: resolve its voice, pick an engine, submit, and hand the
+engine's events back on the event loop, audio in text order.
+
+Engines call their sinks from their own threads; everything here runs on the event loop
+and never waits on the engine (voice encodes are awaited as futures). Both endpoints (the
+WebSocket and `/v1/audio/speech`) go through `SynthesisService.submit`, so a request's
+audio does not depend on how it was asked for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol, Sequence
+
+import numpy as np
+
+from server.audio_io import AudioError, DecodedAudio, decode_base64_audio
+from server.engine.types import (
+    Accepted,
+    ChunkAudio,
+    EngineEvent,
+    Finished,
+    Progress,
+    RequestRejected,
+    SynthesisRequest,
+    VoicePrompt,
+)
+from server.metrics import Metrics
+from server.voices import VoiceInfo, VoiceStore
+
+log = logging.getLogger("chorus.service")
+
+# Codes an engine may reject with that the protocol knows; anything else is invalid_request.
+_ENGINE_CODES = {"invalid_request", "duplicate_id", "text_too_long", "busy", "voice_not_found"}
+VOICE_CACHE_SIZE = 64
+
+
+class ServiceError(Exception):
+    """A request we cannot take; `code` is a protocol error code, the message names the field."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class Engine(Protocol):
+    """The part of the engine API the service uses (`server.engine.pool.EnginePool`: one
+    engine per device behind the single-engine API; `engines` lists them for metrics)."""
+
+    sample_rate: int
+    model_name: str
+    engines: Sequence[Any]
+
+    def submit(self, request: SynthesisRequest, sink: Callable[[EngineEvent], None]) -> Accepted: ...
+    def cancel(self, request_id: str) -> None: ...
+    def encode_voice(self, audio: np.ndarray, sample_rate: int, text: str | None) -> Future: ...
+    def stats(self) -> Any: ...
+
+
+Deliver = Callable[[Progress | ChunkAudio | Finished], None]
+
+
+@dataclass
+class _Job:
+    """One accepted request: puts its engine's events in order for `deliver`."""
+
+    request_id: str
+    endpoint: str
+    deliver: Deliver
+    next_chunk: int = 0
+    held: dict[int, ChunkAudio] = field(default_factory=dict)
+
+    def on_event(self, event: EngineEvent) -> Finished | None:
+        """Pass progress through, release audio in chunk order, end with Finished."""
+        if isinstance(event, Progress):
+            self.deliver(event)
+        elif isinstance(event, ChunkAudio):
+            self.held[event.chunk] = event
+            while self.next_chunk in self.held:
+                self.deliver(self.held.pop(self.next_chunk))
+                self.next_chunk += 1
+        elif isinstance(event, Finished):
+            if event.outcome == "done" and self.held:
+                missing = self.next_chunk
+                event = Finished(event.request_id, "error", f"the audio of chunk {missing} never came",
+                                 event.audio_seconds, event.queue_ms, event.first_audio_ms, event.total_ms)
+            self.held.clear()
+            self.deliver(event)
+            return event
+        return None  # ChunkTokens and anything newer: not for clients
+
+
+class SynthesisService:
+    def __init__(self, engine: Engine, voices: VoiceStore, metrics: Metrics, *,
+                 max_queue: int, asr_available: bool = False):
+        self.engine = engine
+        self.voices = voices
+        self.metrics = metrics
+        self.max_queue = max_queue
+        self.asr_available = asr_available
+        self._jobs: dict[str, _Job] = {}
+        self._voice_cache: OrderedDict[str, VoicePrompt] = OrderedDict()
+
+    @property
+    def sample_rate(self) -> int:
+        return self.engine.sample_rate
+
+    @property
+    def model_name(self) -> str:
+        return self.engine.model_name
+
+    @property
+    def engines(self) -> list[Any]:
+        """Each device's engine (for metrics and readiness)."""
+        return list(self.engine.engines)
+
+    @property
+    def inflight(self) -> int:
+        return len(self._jobs)
+
+    # ---- requests -----------------------------------------------------------------------
+
+    def submit(self, request: SynthesisRequest, deliver: Deliver, endpoint: str) -> Accepted:
+        """Queue `request`; `deliver` then gets, on this event loop: progress, audio in text
+        order, and exactly one `Finished`, last. Raises `ServiceError` for a request refused."""
+        if len(self._jobs) >= self.max_queue:
+            self.reject(endpoint, "busy")
+            raise ServiceError("busy", f"the server has {self.max_queue} requests queued; try again later")
+        job = _Job(request.request_id, endpoint, deliver)
+        loop = asyncio.get_running_loop()
+
+        def sink(event: EngineEvent) -> None:  # engine thread
+            loop.call_soon_threadsafe(self._on_event, job, event)
+
+        try:
+            accepted = self.engine.submit(request, sink)
+        except RequestRejected as exc:
+            code = exc.code if exc.code in _ENGINE_CODES else "invalid_request"
+            self.reject(endpoint, code)
+            raise ServiceError(code, str(exc)) from None
+        self._jobs[request.request_id] = job
+        self.metrics.inflight_requests.set(len(self._jobs))
+        log.info("accepted", extra={"request_id": request.request_id, "chunks": accepted.chunks,
+                                    "stream": request.stream, "voice": request.voice is not None})
+        return accepted
+
+    def cancel(self, request_id: str) -> None:
+        if request_id in self._jobs:
+            self.engine.cancel(request_id)
+
+    def reject(self, endpoint: str, code: str) -> None:
+        """Count a request refused before it reached an engine."""
+        self.metrics.rejected(endpoint, code)
+
+    def _on_event(self, job: _Job, event: EngineEvent) -> None:
+        try:
+            finished = job.on_event(event)
+        except Exception:  # noqa: BLE001 - a consumer's failure must not lose the bookkeeping
+            log.exception("delivering an event failed", extra={"request_id": job.request_id})
+            finished = event if isinstance(event, Finished) else None
+        if finished is None:
+            return
+        self._jobs.pop(job.request_id, None)
+        self.metrics.inflight_requests.set(len(self._jobs))
+        self.metrics.finished(job.endpoint, finished.outcome, finished.audio_seconds, finished.first_audio_ms)
+        extra = {"request_id": job.request_id, "outcome": finished.outcome,
+                 "audio_s": finished.audio_seconds, "queue_ms": finished.queue_ms,
+                 "first_audio_ms": finished.first_audio_ms, "total_ms": finished.total_ms}
+        if finished.outcome == "error":
+            log.warning("failed: %s", finished.message, extra=extra)
+        else:
+            log.info(finished.outcome, extra=extra)
+
+    # ---- voices -------------------------------------------------------------------------
+
+    async def resolve_voice(self, voice_id: str | None, reference_audio: str | None,
+                            reference_text: str | None) -> VoicePrompt | None:
+        """The encoded voice of a request: a library voice, a one-shot reference, or None."""
+        if voice_id is not None:
+            return await self.library_voice(voice_id)
+        if reference_audio is None:
+            return None
+        try:
+            audio = await asyncio.to_thread(decode_base64_audio, reference_audio, "reference.audio")
+        except AudioError as exc:
+            raise ServiceError("invalid_request", str(exc)) from None
+        return await self.encode_voice(audio, reference_text, prefix="reference.")
+
+    async def library_voice(self, voice_id: str) -> VoicePrompt:
+        from server.engine.voice_codec import voice_from_bytes
+
+        if (cached := self._voice_cache.get(voice_id)) is not None:
+            self._voice_cache.move_to_end(voice_id)
+            return cached
+        blob = await asyncio.to_thread(self.voices.load, voice_id)
+        if blob is None:
+            raise ServiceError("voice_not_found", f"voice: no voice {voice_id!r} in the library")
+        prompt = await asyncio.to_thread(voice_from_bytes, blob)
+        self._voice_cache[voice_id] = prompt
+        while len(self._voice_cache) > VOICE_CACHE_SIZE:
+            self._voice_cache.popitem(last=False)
+        return prompt
+
+    async def encode_voice(self, audio: DecodedAudio, text: str | None, prefix: str = "") -> VoicePrompt:
+        """The reference's `create_voice_clone_prompt`, run on an engine thread."""
+        if text is not None and not text.strip():
+            text = None
+        if text is None and not self.asr_available:
+            raise ServiceError("invalid_request", f"{prefix}text: a transcript is required "
+                               "(this server runs without --asr-model)")
+        future = self.engine.encode_voice(audio.samples, audio.sample_rate, text)
+        try:
+            return await asyncio.wrap_future(future)
+        except RequestRejected as exc:
+            raise ServiceError("invalid_request", f"{prefix}{exc}") from None
+
+    async def add_voice(self, audio: DecodedAudio, text: str | None, name: str | None) -> VoiceInfo:
+        """Encode an uploaded clip once and store it in the library."""
+        from server.engine.voice_codec import voice_to_bytes
+
+        prompt = await self.encode_voice(audio, text)
+        blob = await asyncio.to_thread(voice_to_bytes, prompt)
+        seconds = prompt.num_frames / self.engines[0].frame_rate
+        info = await asyncio.to_thread(self.voices.add, name, prompt.text, seconds, blob)
+        log.info("voice added", extra={"voice": info.id, "seconds": info.seconds})
+        return info
+
+    async def delete_voice(self, voice_id: str) -> bool:
+        self._voice_cache.pop(voice_id, None)
+        gone = await asyncio.to_thread(self.voices.delete, voice_id)
+        if gone:
+            log.info("voice deleted", extra={"voice": voice_id})
+        return gone
