@@ -27,7 +27,7 @@ def test_api_key_is_asked_for_kept_and_sent(page: Page, keyed_server: ChorusServ
     expect(pill).to_have_attribute("data-state", "auth", timeout=LONG)
     expect(page.locator("#apikey-panel")).to_have_attribute("open", "")
     expect(page.locator("#api-key-error")).to_contain_text("needs an API key")
-    shot(page, "11-api-key-needed")
+    shot(page, "13-api-key-needed")
 
     page.fill("#api-key", "wrong-key")
     page.click("#apikey-form button[type=submit]")
@@ -67,7 +67,7 @@ def test_lost_connection_is_shown_and_reestablished(page: Page, keyed_server: Ch
     expect(banner).to_be_visible()
     expect(banner).to_contain_text("Reconnecting")
     expect(card).to_have_attribute("data-state", re.compile("cancelled|error"), timeout=LONG)
-    shot(page, "12-connection-lost")
+    shot(page, "14-connection-lost")
 
     # The server comes back on the same address; the page reconnects by itself.
     keyed_server.restart()
@@ -76,4 +76,4 @@ def test_lost_connection_is_shown_and_reestablished(page: Page, keyed_server: Ch
     set_knobs(page, num_step=8, chunk_threshold=30)
     card, _ = generate(page, "Back again.")
     expect(card).to_have_attribute("data-state", "done", timeout=LONG)
-    shot(page, "13-reconnected")
+    shot(page, "15-reconnected")

@@ -10,6 +10,7 @@ import re
 import wave
 from pathlib import Path
 
+import pytest
 from playwright.sync_api import Page, expect
 
 from browser_harness import (
@@ -125,14 +126,25 @@ def test_generate_streams_plays_and_downloads(page: Page, chorus_server: ChorusS
     shot(page, "06-done")
 
 
+@pytest.mark.allow_console_errors(r"status of 41[35] ")  # the refused upload, logged by Chromium
 def test_upload_a_voice_then_synthesize_with_it(page: Page, chorus_server: ChorusServer, tmp_path: Path):
     open_page(page, chorus_server)
     page.click("label[for=mode-library]")
     add = page.locator("#add-voice")
     if add.get_attribute("open") is None:
         page.click("#add-voice > summary")
+    # Something that is not audio: the server's answer shows next to the file control.
+    not_audio = tmp_path / "notes.wav"
+    not_audio.write_text("these are not samples")
+    page.set_input_files("#voice-file", str(not_audio))
+    page.fill("#voice-text", "Whatever.")
+    page.click("#save-voice")
+    expect(page.locator("#voice-file-error")).to_be_visible(timeout=LONG)
+    shot(page, "07-voice-upload-error")
+
     page.fill("#voice-name", "Test Narrator")
     page.set_input_files("#voice-file", str(make_wav(tmp_path / "narrator.wav")))
+    expect(page.locator("#voice-file-error")).to_be_hidden()
     expect(page.locator("#clip-preview")).to_be_visible()
     page.fill("#voice-text", "This is a short test clip.")
     page.click("#save-voice")
@@ -141,7 +153,7 @@ def test_upload_a_voice_then_synthesize_with_it(page: Page, chorus_server: Choru
     expect(item).to_be_visible(timeout=LONG)
     expect(item.locator('input[type="radio"]')).to_be_checked()
     expect(page.locator("#voice-form-error")).to_be_hidden()
-    shot(page, "07-voice-saved")
+    shot(page, "08-voice-saved")
 
     card, job_id = generate(page, "Speaking with a saved voice.")
     expect(card.locator(".job-meta")).to_contain_text("Voice: Test Narrator")
@@ -186,7 +198,12 @@ def test_designed_voice(page: Page, chorus_server: ChorusServer):
     page.select_option("#design-gender", "male")
     page.select_option("#design-age", "elderly")
     page.check("#design-whisper")
-    card, _ = generate(page, "A designed voice, speaking softly.")
+    page.fill("#text", "A designed voice, speaking softly.")
+    page.focus("#text")
+    cards = page.locator("li.job")
+    page.keyboard.press("Control+Enter")  # the keyboard shortcut generates
+    expect(cards).to_have_count(1)
+    card = cards.first
     expect(card.locator(".job-meta")).to_contain_text("Designed: male, elderly, whisper")
     expect(card).to_have_attribute("data-state", "done", timeout=LONG)
 
@@ -199,7 +216,9 @@ def test_two_jobs_at_once(page: Page, chorus_server: ChorusServer):
     second, second_id = generate(page, " ".join(reversed(SENTENCES)))
     expect(first).to_have_attribute("data-state", "done", timeout=LONG)
     expect(second).to_have_attribute("data-state", "done", timeout=LONG)
-    shot(page, "08-two-jobs")
+    shot(page, "09-two-jobs")
+    page.set_viewport_size({"width": 375, "height": 812})
+    shot(page, "10-two-jobs-phone")
 
     log = events(page)
     sent_second = next(i for i, e in enumerate(log) if e[0] == second_id and e[1] == "state")
@@ -220,7 +239,7 @@ def test_out_of_range_knob_shows_the_servers_error(page: Page, chorus_server: Ch
     expect(error).to_contain_text("options.num_step")
     expect(page.locator("#knob-num_step")).to_have_attribute("aria-invalid", "true")
     expect(card.locator(".job-error")).to_contain_text("invalid_request")
-    shot(page, "09-knob-error")
+    shot(page, "11-knob-error")
 
     # Editing the knob clears its error; a bad seed lands next to the seed.
     page.fill("#knob-num_step", "8")
@@ -245,7 +264,7 @@ def test_cancel_stops_a_job(page: Page, chorus_server: ChorusServer):
     card.locator(".job-cancel").click()
     expect(card).to_have_attribute("data-state", "cancelled", timeout=LONG)
     expect(card.locator(".job-cancel")).to_be_hidden()
-    shot(page, "10-cancelled")
+    shot(page, "12-cancelled")
     progress = float(card.get_attribute("data-progress") or 0)
     assert progress < 100
     samples_at_cancel = job_value(page, job_id, "job.samples")
