@@ -24,7 +24,7 @@ from bench.metrics import build_summary
 
 log = logging.getLogger("chorus.bench")
 
-SCENARIOS = ("parity", "forward", "engine_single", "engine_throughput", "long", "tokens", "reference_single",
+SCENARIOS = ("parity", "forward", "diagnose", "engine_single", "engine_throughput", "long", "tokens", "reference_single",
              "reference_throughput", "mixed", "loaded")
 
 
@@ -34,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", default=None, help="full-size checkpoint folder (made there if missing; "
                    "default: a temporary folder)")
     p.add_argument("--dtype", choices=["float16", "bfloat16"], default="bfloat16")
-    p.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated subset of: " + ", ".join(SCENARIOS))
+    p.add_argument("--scenarios", default=",".join(s for s in SCENARIOS if s != "diagnose"), help="comma-separated subset of: " + ", ".join(SCENARIOS))
     p.add_argument("--requests", type=int, default=256)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--reference-batch", type=int, default=16, help="requests per reference generate() call")
@@ -136,6 +136,64 @@ class Run:
         return value
 
 
+def _profiles(model) -> dict:
+    from bench.diagnose import profile_forward
+    from bench.parity import random_items
+    from server.engine.canvas import build_packed_canvas
+    from server.engine.flashinfer_attention import FlashInferAttention
+    from server.engine.fused_backbone import FusedBackbone
+
+    c = model.llm.config
+    fi = FlashInferAttention(model.device, model.audio_heads.weight.dtype, c.head_dim ** -0.5,
+                             c.num_attention_heads, c.num_key_value_heads, c.head_dim)
+    out = {}
+    for n, graphs in ((1, True), (1, False), (16, False), (64, False)):
+        canvas = build_packed_canvas(random_items(model, [(26, 250, 2.0)] * n, seed=n, device=model.device), model.device)
+        out[f"{n}_requests_{'graph' if graphs else 'eager'}"] = profile_forward(FusedBackbone(model, fi, graphs=graphs), canvas)
+    return out
+
+
+def _finite_runs(engine, model, specs) -> dict:
+    """The throughput mix with a finiteness check after every step, PDL as FlashInfer
+    chooses, then with PDL off in the eager kernels (captured graphs keep theirs)."""
+    from bench.diagnose import FiniteCheck
+    from bench.engine_bench import run_mix
+
+    out = {}
+    ops = getattr(engine.backbone, "ops", None)
+    for label, pdl in (("pdl_default", None), ("pdl_off", False)):
+        if ops is not None and hasattr(ops, "pdl"):
+            ops.pdl = pdl
+        check = FiniteCheck(engine, model)
+        try:
+            mix = run_mix(engine, specs, timed=False)
+        finally:
+            check.restore()
+        out[label] = {"check": check.report(), "outcomes": mix["outcomes"], "errors": mix["errors"],
+                      "audio_s_per_s_with_checks": mix["audio_s_per_s"]}
+    if ops is not None and hasattr(ops, "pdl"):
+        ops.pdl = None
+    # one 10 s request at a time: every step a small graphed one
+    import random
+
+    from bench.engine_bench import Sink, to_request
+    from bench.mixes import RequestSpec, make_text
+
+    check = FiniteCheck(engine, model)
+    rng = random.Random(17)
+    sink = Sink()
+    try:
+        for i in range(40):
+            spec = RequestSpec(f"seq{i:03d}", make_text(rng, 10.0), 10.0)
+            sink.submit(engine, to_request(spec))
+            sink.wait([spec.request_id], 30)
+    finally:
+        check.restore()
+    ids = [f"seq{i:03d}" for i in range(40)]
+    out["sequential_10s"] = {"check": check.report(), "outcomes": sink.outcomes(ids), "errors": sink.errors(ids)}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
@@ -181,6 +239,15 @@ def main(argv: list[str] | None = None) -> int:
     model = models[args.dtype]
     run.scenario("forward", ("forward",), lambda: fw.speed(model))
 
+    if "diagnose" in run.wanted:
+        from bench import diagnose as dg
+
+        run.scenario("diagnose", ("diagnostics", "profile"), lambda: _profiles(model))
+        for dt in (args.dtype, other):
+            if dt in models:
+                run.scenario("diagnose", ("diagnostics", "reference_self_agreement", dt),
+                             lambda: dg.reference_self_agreement(models[dt]))
+
     settings = EngineSettings(device="cuda", dtype=args.dtype, max_batch_size=args.max_batch_size,
                               max_packed_tokens=args.max_packed_tokens, attention="auto")
     engine = EngineLoop(model, settings, "bench", model_name="omnivoice-random", random_checkpoint=True)
@@ -197,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         specs = plain_mix(args.requests, args.seed)
         run.scenario("engine_single", ("engine", "single_10s"), lambda: eb.single(engine))
+        if "diagnose" in run.wanted:
+            run.scenario("diagnose", ("diagnostics", "finite_check"), lambda: _finite_runs(engine, model, specs))
         thr = run.scenario("engine_throughput", ("engine", "throughput_256"), lambda: eb.run_mix(engine, specs))
         run.scenario("long", ("engine", "long_60s"), lambda: eb.long_text(engine))
         run.scenario("tokens", ("token_agreement", args.dtype), lambda: eb.token_agreement(model, engine))

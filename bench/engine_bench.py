@@ -71,6 +71,14 @@ class Sink:
         t = (self.finished_at if which == "finished" else self.first_audio).get(rid)
         return None if t is None else (t - self.submitted[rid]) * 1e3
 
+    def errors(self, ids, limit: int = 8) -> list[dict]:
+        out = []
+        for rid in ids:
+            ev = self.finished.get(rid)
+            if ev is not None and ev.outcome == "error" and len(out) < limit:
+                out.append({"request_id": rid, "message": ev.message})
+        return out
+
     def outcomes(self, ids) -> dict[str, int]:
         out: dict[str, int] = defaultdict(int)
         for rid in ids:
@@ -226,6 +234,7 @@ def run_mix(engine, specs: list[RequestSpec], voice=None, timeout: float = 300.0
         "requests": len(specs), "audio_seconds": round(secs, 2), "wall_s": round(wall, 3),
         "audio_s_per_s": round(secs / wall, 2), "completed_in_time": ok,
         "outcomes": sink.outcomes([s.request_id for s in specs]),
+        "errors": sink.errors([s.request_id for s in specs]),
         "output_audio_seconds": round(sum(sink.audio_samples.values()) / engine.sample_rate, 2),
         "total_ms": stats([sink.ms(s.request_id) for s in specs if sink.ms(s.request_id) is not None], 1),
         "peak_gpu_mem_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),
@@ -298,6 +307,7 @@ def loaded(engine, max_audio_s_per_s: float, load: float = 0.7, duration_s: floa
     ms = [sink.ms(s.request_id) for s in specs if sink.ms(s.request_id) is not None]
     return {"load": load, "rate_req_per_s": round(rate, 3), "duration_s": duration_s, "requests": len(specs),
             "outcomes": sink.outcomes([s.request_id for s in specs]), "completed_in_time": ok,
+            "errors": sink.errors([s.request_id for s in specs]),
             "total_ms": stats(ms, 1), **step_log_stats(engine, since)}
 
 

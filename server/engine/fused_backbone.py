@@ -27,6 +27,7 @@ layer order) is exercised and checked on CPU against the reference.
 from __future__ import annotations
 
 import logging
+import os
 from bisect import bisect_left
 from dataclasses import dataclass, field
 
@@ -89,25 +90,30 @@ class FlashInferOps:
 
     name = "flashinfer"
 
-    def __init__(self):
+    def __init__(self, pdl: bool | None = None):
         from flashinfer.activation import silu_and_mul
         from flashinfer.norm import fused_add_rmsnorm, rmsnorm
         from flashinfer.rope import apply_rope_pos_ids_inplace
 
         self._rmsnorm, self._fused_add_rmsnorm = rmsnorm, fused_add_rmsnorm
         self._rope, self._silu_and_mul = apply_rope_pos_ids_inplace, silu_and_mul
+        # Programmatic dependent launch: None lets FlashInfer decide (on for Hopper);
+        # CHORUS_FLASHINFER_PDL=0 turns it off.
+        if pdl is None and os.environ.get("CHORUS_FLASHINFER_PDL", "") == "0":
+            pdl = False
+        self.pdl = pdl
 
     def rmsnorm(self, x, weight, eps, out=None):
-        return self._rmsnorm(x, weight, eps, out=out)
+        return self._rmsnorm(x, weight, eps, out=out, enable_pdl=self.pdl)
 
     def fused_add_rmsnorm(self, x, residual, weight, eps):
-        self._fused_add_rmsnorm(x, residual, weight, eps)
+        self._fused_add_rmsnorm(x, residual, weight, eps, enable_pdl=self.pdl)
 
     def rope_inplace(self, q, k, pos, theta):
         self._rope(q, k, pos, interleave=False, rope_theta=theta)
 
     def silu_and_mul(self, x):
-        return self._silu_and_mul(x)
+        return self._silu_and_mul(x, enable_pdl=self.pdl)
 
 
 # ---- graph buckets (pure logic, tested on CPU) --------------------------------------------

@@ -1,0 +1,166 @@
+"""Diagnostics that cost syncs (never part of a timed scenario).
+
+- `FiniteCheck` wraps the engine's backbone: after every step it checks the logits for
+  non-finite rows and, when it finds some, recomputes the same canvas every other way
+  (the same path again, eager, the reference modules with torch attention, the reference
+  forward, the culprit item alone) so the record says whose numbers went bad.
+- `profile_forward` groups the CUDA kernels of a packed forward by kind.
+- `reference_self_agreement` is the yardstick for token agreement: the reference's tokens
+  for the same requests batched and alone.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+
+import torch
+
+from bench.parity import reference_target_logits
+from server.engine.canvas import build_packed_canvas
+
+log = logging.getLogger("chorus.bench")
+
+
+def _finite(t: torch.Tensor) -> bool:
+    return bool(torch.isfinite(t).all())
+
+
+class FiniteCheck:
+    def __init__(self, engine, model, limit: int = 6):
+        from server.engine.attention import TorchAttention
+        from server.engine.backbone import OmniVoiceBackbone
+        from server.engine.fused_backbone import FusedBackbone
+
+        self.engine, self.model, self.limit = engine, model, limit
+        self.inner = engine.backbone
+        head_dim = self.inner.head_dim
+        self.modules_torch = OmniVoiceBackbone(model, TorchAttention(head_dim ** -0.5))
+        self.eager = FusedBackbone(model, self.inner.attention, self.inner.ops, graphs=False) \
+            if isinstance(self.inner, FusedBackbone) else None
+        self.steps = self.bad_steps = 0
+        self.events: list[dict] = []
+        engine.backbone = self
+
+    def restore(self) -> None:
+        self.engine.backbone = self.inner
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def __call__(self, canvas):
+        from server.engine.fused_backbone import choose_bucket
+
+        logits = self.inner(canvas)
+        self.steps += 1
+        bad = ~torch.isfinite(logits).flatten(1).all(1)
+        if not bool(bad.any()):
+            return logits
+        self.bad_steps += 1
+        if len(self.events) >= self.limit:
+            return logits
+        bad_items = []
+        rows = bad.nonzero().flatten().tolist()
+        for i, item in enumerate(canvas.items):
+            cs = canvas.cond_offsets[i]
+            us = canvas.uncond_offsets[i]
+            spans = [(cs, cs + item.target_len)] + ([(us, us + item.target_len)] if us is not None else [])
+            if any(a <= r < b for r in rows for a, b in spans):
+                bad_items.append(i)
+        ev = {
+            "step": self.steps, "tokens": canvas.total_len, "documents": len(canvas.doc_lens),
+            "doc_lens": canvas.doc_lens, "bucket": choose_bucket(canvas.total_len, len(canvas.doc_lens))
+            if getattr(self.inner, "graphs_enabled", False) else None,
+            "bad_rows": len(rows), "target_rows": int(logits.shape[0]), "bad_items": bad_items,
+        }
+        try:
+            again = self.inner(canvas)
+            ev["same_path_again_finite"] = _finite(again)
+            good = ~bad
+            ev["same_path_again_equal_on_good_rows"] = bool(torch.equal(again[good], logits[good]))
+            if self.eager is not None:
+                ev["eager_finite"] = _finite(self.eager(canvas))
+            ev["modules_torch_finite"] = _finite(self.modules_torch(canvas))
+            ev["reference_forward_finite"] = _finite(reference_target_logits(self.model, canvas))
+            if bad_items:
+                alone = build_packed_canvas([canvas.items[bad_items[0]]], canvas.packed_ids.device)
+                ev["first_bad_item_alone"] = {
+                    "fused_finite": _finite(self.inner(alone)),
+                    "reference_forward_finite": _finite(reference_target_logits(self.model, alone)),
+                    "prefix_len": canvas.items[bad_items[0]].prefix_len,
+                    "target_len": canvas.items[bad_items[0]].target_len,
+                }
+        except Exception as exc:  # noqa: BLE001 - a diagnostic must not kill the run
+            ev["check_error"] = repr(exc)
+        log.warning("non-finite logits: %s", ev)
+        self.events.append(ev)
+        return logits
+
+    def report(self) -> dict:
+        return {"steps": self.steps, "bad_steps": self.bad_steps, "events": self.events}
+
+
+def _kind(name: str) -> str:
+    n = name.lower()
+    if any(k in n for k in ("gemm", "xmma", "cutlass", "nvjet", "sm90_", "cublas", "matmul")):
+        return "gemm"
+    if any(k in n for k in ("prefill", "attention", "fmha", "flash")):
+        return "attention"
+    if "rope" in n or "rotary" in n:
+        return "rope"
+    if "norm" in n:
+        return "rmsnorm"
+    if "silu" in n or "act_and_mul" in n:
+        return "silu_and_mul"
+    if "embedding" in n or "index" in n or "gather" in n:
+        return "embed_gather"
+    return "other"
+
+
+def profile_forward(backbone, canvas, iters: int = 5) -> dict:
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(3):
+        backbone(canvas)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            backbone(canvas)
+        torch.cuda.synchronize()
+    by_kind: dict[str, float] = defaultdict(float)
+    kernels = []
+    for evt in prof.key_averages():
+        t = getattr(evt, "device_time_total", None) or getattr(evt, "cuda_time_total", 0) or 0
+        if t <= 0:
+            continue
+        by_kind[_kind(evt.key)] += t
+        kernels.append((t, evt.key[:120], evt.count))
+    total = sum(by_kind.values()) or 1.0
+    kernels.sort(reverse=True)
+    return {
+        "tokens": canvas.total_len,
+        "gpu_ms_per_forward": round(total / iters / 1e3, 3),
+        "share_by_kind": {k: round(v / total, 3) for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])},
+        "ms_by_kind": {k: round(v / iters / 1e3, 3) for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])},
+        "top_kernels": [{"ms_per_forward": round(t / iters / 1e3, 3), "calls_per_forward": c // iters, "name": n}
+                        for t, n, c in kernels[:12]],
+    }
+
+
+def reference_self_agreement(model, n: int = 4, seed: int = 5) -> dict:
+    """Greedy reference tokens for n requests batched together vs each alone."""
+    from bench.engine_bench import reference_tokens
+    from bench.mixes import plain_mix
+
+    specs = plain_mix(n, seed, 2.0, 12.0)
+    greedy = dict(position_temperature=0.0, class_temperature=0.0)
+    batched = reference_tokens(model, specs, **greedy)
+    equal = total = 0
+    per = {}
+    for s in specs:
+        alone = reference_tokens(model, [s], **greedy)[s.request_id]
+        eq = int((alone == batched[s.request_id]).sum())
+        per[s.request_id] = round(eq / alone.size, 4)
+        equal += eq
+        total += alone.size
+    return {"requests": n, "fraction_equal": round(equal / max(total, 1), 4), "per_request": per}
