@@ -34,6 +34,18 @@ OPENAI_VOICES = frozenset({"alloy", "ash", "ballad", "cedar", "coral", "echo", "
                            "onyx", "sage", "shimmer", "verse"})
 
 
+# the engine names fields as the WebSocket spells them; say them as this endpoint does
+_FIELD_NAMES = (("options.", ""), ("instruct:", "instructions:"), ("text:", "input:"))
+
+
+def _http_error(exc: ServiceError) -> ApiError:
+    message = exc.message
+    for ours, theirs in _FIELD_NAMES:
+        if message.startswith(ours):
+            message = theirs + message[len(ours):]
+    return ApiError(exc.code, message)
+
+
 async def _voice(service: SynthesisService, voice: str | None) -> VoicePrompt | None:
     if voice is None or voice.lower() in OPENAI_VOICES:
         return None
@@ -87,7 +99,7 @@ async def speech(request: Request, service: SynthesisService, config: ServerConf
         events: asyncio.Queue = asyncio.Queue()
         accepted = service.submit(synth, events.put_nowait, ENDPOINT)
     except ServiceError as exc:
-        raise ApiError(exc.code, exc.message) from None
+        raise _http_error(exc) from None
 
     headers = {"X-Request-Id": request_id, "X-Sample-Rate": str(service.sample_rate)}
     try:

@@ -1,0 +1,52 @@
+"""Health, readiness and Prometheus metrics of a real server."""
+
+from __future__ import annotations
+
+import httpx
+
+from tests.chorus_client import metric_value
+
+FAMILIES = ["chorus_requests_total", "chorus_queue_depth", "chorus_inflight_items", "chorus_inflight_requests",
+            "chorus_packed_tokens_per_step_bucket", "chorus_step_seconds_bucket", "chorus_steps_total",
+            "chorus_audio_seconds_total", "chorus_time_to_first_audio_seconds_bucket"]
+
+
+def test_health_and_readiness(chorus_server):
+    assert httpx.get(chorus_server.url + "/healthz").json() == {"status": "ok"}
+    r = httpx.get(chorus_server.url + "/readyz")
+    assert r.status_code == 200 and r.json() == {"ready": True, "engines": 1}
+
+
+def test_metrics_count_what_happened(chorus_server):
+    url = chorus_server.url
+
+    def snapshot() -> dict[str, float]:
+        return {
+            "done": metric_value(url, "chorus_requests_total", endpoint="speech", outcome="done"),
+            "invalid": metric_value(url, "chorus_requests_total", endpoint="speech", outcome="invalid_request"),
+            "audio": metric_value(url, "chorus_audio_seconds_total"),
+            "steps": metric_value(url, "chorus_steps_total", engine="engine0"),
+            "step_obs": metric_value(url, "chorus_step_seconds_count", engine="engine0"),
+            "tokens_obs": metric_value(url, "chorus_packed_tokens_per_step_count", engine="engine0"),
+            "first_audio": metric_value(url, "chorus_time_to_first_audio_seconds_count"),
+        }
+
+    before = snapshot()
+    r = httpx.post(url + "/v1/audio/speech", json={"input": "Count me.", "num_step": 5, "response_format": "pcm"},
+                   timeout=60)
+    assert r.status_code == 200
+    seconds = len(r.content) / 2 / 24000
+    assert httpx.post(url + "/v1/audio/speech", json={"input": ""}).status_code == 422
+    after = snapshot()
+    assert after["done"] == before["done"] + 1 and after["invalid"] == before["invalid"] + 1
+    assert abs(after["audio"] - before["audio"] - seconds) < 1e-3
+    assert after["steps"] >= before["steps"] + 5
+    assert after["step_obs"] - before["step_obs"] == after["steps"] - before["steps"]
+    assert after["tokens_obs"] - before["tokens_obs"] == after["steps"] - before["steps"]
+    assert after["first_audio"] == before["first_audio"] + 1
+
+    text = httpx.get(url + "/metrics").text
+    for family in FAMILIES:
+        assert family in text, family
+    assert metric_value(url, "chorus_inflight_requests") == 0
+    assert metric_value(url, "chorus_queue_depth", engine="engine0") == 0
