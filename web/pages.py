@@ -60,8 +60,8 @@ def page_context(config: Any) -> dict[str, Any]:
         "max_num_step": DEFAULT_MAX_NUM_STEP,
         "sample_rate": boot["sample_rate"],
         "api_key_required": boot["api_key_required"],
-        # `</` is escaped so the JSON can never close the <script> element that holds it.
-        "boot_json": json.dumps(boot).replace("</", "<\\/"),
+        # `<`, `>` and `&` as JSON escapes: the JSON can never end or alter the <script> holding it.
+        "boot_json": json.dumps(boot).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"),
     }
 
 
