@@ -109,6 +109,22 @@ def test_generate_streams_plays_and_downloads(page: Page, chorus_server: ChorusS
     for a, b in zip(segments, segments[1:]):
         assert b["t0"] >= a["t0"] + a["n"] / a["rate"] - 1e-6, "chunks overlap"
 
+    # The waveform has been drawn.
+    drawn = card.locator("canvas.wave").evaluate(
+        """(c) => { const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+                    let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i]) n++; return n; }""")
+    assert drawn > 0
+
+    # Stop the live playback, then play it all again from the start.
+    play = card.locator(".job-play")
+    if play.get_attribute("aria-pressed") == "true":
+        play.click()
+    expect(play).to_have_text("Play")
+    play.click()
+    expect(play).to_have_attribute("aria-pressed", "true")
+    replay = page.evaluate("(id) => window.chorusAudioStats.byJob[id + ':replay']", job_id)
+    assert replay == {"samples": received, "chunks": 1}
+
     # Timings from `done`.
     for timing in ("audio", "first_audio", "queue", "total"):
         expect(card.locator(f'dd[data-timing="{timing}"]')).not_to_have_text("–")
