@@ -36,6 +36,10 @@ def test_metrics_count_what_happened(chorus_server):
                    timeout=60)
     assert r.status_code == 200
     seconds = len(r.content) / 2 / 24000
+    request_id = r.headers["x-request-id"]
+    lines = [line for line in chorus_server.log().splitlines() if f"request_id={request_id} " in line]
+    assert any("chorus.service: accepted" in line for line in lines), lines
+    assert any("chorus.service: done" in line and "outcome=done" in line for line in lines), lines
     assert httpx.post(url + "/v1/audio/speech", json={"input": ""}).status_code == 422
     after = snapshot()
     assert after["done"] == before["done"] + 1 and after["invalid"] == before["invalid"] + 1

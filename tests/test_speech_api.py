@@ -97,3 +97,18 @@ def test_errors_in_the_protocol_shape(client, chorus_server):
         client.audio.speech.create(model="omnivoice", voice="nobody-1234", input="hi", response_format="wav")
     # still serving
     assert len(pcm_of(chorus_server.url, "Still fine.", num_step=3)) > 0
+
+
+def test_client_leaving_mid_stream_cancels_the_rest(chorus_server):
+    from tests.chorus_client import metric_value
+
+    url = chorus_server.url
+    cancelled = metric_value(url, "chorus_requests_total", endpoint="speech", outcome="cancelled")
+    body = {"input": LONG_TEXT + " " + LONG_TEXT, "response_format": "pcm", "num_step": 64, **MULTI}
+    with httpx.stream("POST", url + "/v1/audio/speech", json=body, timeout=120) as r:
+        assert r.status_code == 200
+        next(r.iter_raw())  # the first chunk, then hang up
+    chorus_server.wait_for(
+        lambda: metric_value(url, "chorus_requests_total", endpoint="speech", outcome="cancelled") == cancelled + 1,
+        "the request cancelled after the client left")
+    assert metric_value(url, "chorus_inflight_requests") == 0
