@@ -434,9 +434,10 @@ function serverError(msg, job) {
   }
   const target = errorTarget(msg);
   const text = msg.message || msg.code || "The server reported an error.";
-  showFieldError(target, text);
+  if (target) showFieldError(target, text);
   if (target === "text") $("text-error").dataset.kind = "server";
   if (job) job.onError(`${text}${msg.code ? ` (${msg.code})` : ""}`);
+  else if (!target) showFieldError("form", text);
   announce(`Error: ${text}`);
 }
 

@@ -186,13 +186,16 @@ export class Job {
     this.hooks.announce(`Request ${this.seq} cancelled.`);
   }
 
+  // What arrived before the failure keeps playing and can still be downloaded.
   onError(message) {
     this.setState("error");
-    this.player?.stop();
     this.$.error.textContent = message;
     this.$.error.hidden = false;
-    this.$.progressText.textContent = "";
+    this.$.progressText.textContent = this.samples
+      ? `Stopped after ${(this.samples / this.sampleRate).toFixed(2)} s of audio`
+      : "";
     this.wave.finish();
+    if (this.samples > 0) this.makeDownload();
     this.updatePlayButton();
   }
 

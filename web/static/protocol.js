@@ -91,10 +91,12 @@ export function toInt16(samples) {
 }
 
 // Which control a server error is about: a knob name, or one of
-// "text", "voice", "instruct", "language", "form".
+// "text", "voice", "instruct", "language", "form" (the Generate button); null when no
+// control caused it (the engine failed), so it shows on the request's card alone.
 export function errorTarget(error) {
   const code = error.code || "";
   const message = String(error.message || "");
+  if (code === "internal") return null;
   if (code === "text_too_long") return "text";
   if (code === "voice_not_found") return "voice";
   if (code === "too_many_requests" || code === "busy" || code === "bad_message" || code === "duplicate_id") {
