@@ -3,13 +3,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-# The browser tests (e2e/) drive Debian's Chromium; install it when it is missing.
-if [ ! -x /usr/bin/chromium ]; then
+# The browser tests (e2e/) drive Debian's Chromium, and the shared voice library is tested
+# against a real PostgreSQL server: install what is missing.
+missing=()
+[ -x /usr/bin/chromium ] || missing+=(chromium)
+compgen -G "/usr/lib/postgresql/*/bin/initdb" > /dev/null || missing+=(postgresql)
+if [ ${#missing[@]} -gt 0 ]; then
   sudo=""
   if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
   $sudo apt-get update -qq
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
 fi
-# Here a missing browser is a failure, not a reason to skip the browser tests.
-export CHORUS_E2E_REQUIRE_BROWSER=1
+# Here a missing browser or database is a failure, not a reason to skip their tests.
+export CHORUS_E2E_REQUIRE_BROWSER=1 CHORUS_REQUIRE_POSTGRES=1
 exec .venv/bin/python -m pytest -q "$@"

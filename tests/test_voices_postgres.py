@@ -6,6 +6,10 @@ import pytest
 
 from tests import pg_server
 
+import os
+
+if os.environ.get("CHORUS_REQUIRE_POSTGRES") == "1":
+    assert pg_server.available(), "PostgreSQL is required here (scripts/test.sh installs it)"
 pytestmark = pytest.mark.skipif(not pg_server.available(), reason="PostgreSQL is not installed")
 
 
