@@ -342,6 +342,7 @@ applyLimits();
 const pill = $("conn-status");
 const banner = $("conn-banner");
 let countdown = null;
+let everConnected = false;
 
 function setPill(state, text) {
   pill.dataset.state = state;
@@ -352,6 +353,7 @@ function onConnState(state, detail) {
   clearInterval(countdown);
   if (state === "open") {
     const ready = detail.ready;
+    everConnected = true;
     setPill("open", "Connected");
     if (!banner.hidden) announce("Reconnected to the server.");
     banner.hidden = true;
@@ -371,7 +373,9 @@ function onConnState(state, detail) {
     banner.hidden = false;
     const tick = () => {
       const s = Math.max(0, Math.ceil((detail.at - Date.now()) / 1000));
-      $("conn-banner-text").textContent = `Connection to the server lost. Reconnecting in ${s} s…`;
+      $("conn-banner-text").textContent = everConnected
+        ? `Connection to the server lost. Reconnecting in ${s} s…`
+        : `Cannot reach the server. Trying again in ${s} s…`;
     };
     tick();
     countdown = setInterval(tick, 500);
