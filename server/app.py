@@ -22,7 +22,7 @@ from server.api.errors import ApiError, api_error_handler, http_exception_handle
 from server.config import ServerConfig
 from server.metrics import Metrics
 from server.service import Engine, SynthesisService
-from server.voices import VoiceStore
+from server.voices import open_voice_library
 
 log = logging.getLogger("chorus.app")
 MAX_UPLOAD_BYTES = 32 * 1024 * 1024
@@ -35,9 +35,7 @@ async def load_engines(cfg: ServerConfig) -> Engine:
     assert cfg.model, "the model is resolved before the app starts"
     pool = await asyncio.to_thread(EnginePool.load, cfg.model, cfg.engine)
     if cfg.asr_model:
-        # the reference's own loader (`OmniVoice.load_asr_model`), before the engine threads start
-        for engine in pool.engines:
-            await asyncio.to_thread(engine.model.load_asr_model, cfg.asr_model)
+        await asyncio.to_thread(pool.load_asr, cfg.asr_model)
     pool.start()
     log.info("engines ready", extra={"engines": len(pool.engines), "device": cfg.engine.device, "model": cfg.model})
     return pool
@@ -48,7 +46,7 @@ def create_app(cfg: ServerConfig, engine: Engine | None = None) -> Litestar:
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
-        store = VoiceStore(cfg.voices_dir)
+        store = await asyncio.to_thread(open_voice_library, cfg.voices_dir, cfg.voices_db)
         running = engine if engine is not None else await load_engines(cfg)
         app.state.service = SynthesisService(running, store, Metrics(), max_queue=cfg.max_queue,
                                              asr_available=bool(cfg.asr_model))

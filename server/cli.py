@@ -31,6 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="default: float32 on cpu, bfloat16 on cuda")
     serve.add_argument("--api-key", default=None, help="require this key (default: $CHORUS_API_KEY)")
     serve.add_argument("--voices-dir", default=None, help="voice library folder (default: ./voices)")
+    serve.add_argument("--voices-db", default=None,
+                       help="postgresql://... voice library shared by several replicas (default: $CHORUS_VOICES_DB; "
+                            "else the embedded SQLite library in --voices-dir)")
     serve.add_argument("--asr-model", default=None,
                        help="Whisper model used to transcribe uploaded voices sent without a transcript")
     serve.add_argument("--max-batch-size", type=_positive_int, default=16)
@@ -62,6 +65,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         cfg.api_key = args.api_key
     if args.voices_dir:
         cfg.voices_dir = Path(args.voices_dir)
+    if args.voices_db:
+        cfg.voices_db = args.voices_db
     cfg.asr_model = args.asr_model
     cfg.max_queue = args.max_queue
     cfg.max_text_chars = args.max_text_chars

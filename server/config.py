@@ -30,6 +30,7 @@ class ServerConfig:
     port: int = 8000
     api_key: str | None = None
     voices_dir: Path = field(default_factory=lambda: Path("voices"))
+    voices_db: str | None = None  # postgresql://... : a voice library shared by replicas
     asr_model: str | None = None
     max_queue: int = 256
     max_text_chars: int = 5000
@@ -46,4 +47,5 @@ class ServerConfig:
         cfg.api_key = _env("CHORUS_API_KEY")
         if voices := _env("CHORUS_VOICES_DIR"):
             cfg.voices_dir = Path(voices)
+        cfg.voices_db = _env("CHORUS_VOICES_DB")
         return cfg

@@ -117,3 +117,13 @@ class VoiceStore:
             gone = self._db.execute("DELETE FROM voices WHERE id = ?", (voice_id,)).rowcount > 0
             path.unlink(missing_ok=True)
         return gone
+
+
+def open_voice_library(voices_dir: Path, voices_db: str | None = None):
+    """The configured library: PostgreSQL when a DSN is given (shared by replicas), else
+    the embedded SQLite + token files in `voices_dir`. Both have the same methods."""
+    if voices_db:
+        from server.voices_pg import PostgresVoiceStore
+
+        return PostgresVoiceStore(voices_db)
+    return VoiceStore(voices_dir)

@@ -54,3 +54,46 @@ def test_hostile_ids_are_refused(dsn):
         assert store.list() == [] or all(v.id for v in store.list())
     finally:
         store.close()
+
+
+def test_two_replicas_share_one_library(dsn, tiny_checkpoint, tmp_path, reference_clip):
+    """A voice uploaded to one `chorus serve` is listed and used by another at once."""
+    import asyncio
+    import io
+
+    import httpx
+    import soundfile as sf
+
+    from tests.chorus_client import Session
+    from tests.serverproc import ChorusServer
+
+    a = ChorusServer(tiny_checkpoint, tmp_path / "a", "--voices-db", dsn).start()
+    b = ChorusServer(tiny_checkpoint, tmp_path / "b", "--voices-db", dsn).start()
+    try:
+        clip, sr = reference_clip
+        wav = io.BytesIO()
+        sf.write(wav, clip, sr, format="WAV")
+        created = httpx.post(f"{a.url}/v1/voices", files={"audio": ("ref.wav", wav.getvalue(), "audio/wav")},
+                             data={"text": "A short reference", "name": "Shared"}, timeout=60)
+        assert created.status_code == 201, created.text
+        voice_id = created.json()["id"]
+        listed = httpx.get(f"{b.url}/v1/voices", timeout=10).json()["voices"]
+        assert voice_id in [v["id"] for v in listed]
+
+        async def synthesize_on_b():
+            session = await Session.open(b.ws_url)
+            try:
+                await session.synthesize("r1", "Spoken by a shared voice.", voice=voice_id,
+                                         options={"num_step": 4})
+                return (await session.collect(["r1"]))["r1"]
+            finally:
+                await session.close()
+
+        outcome = asyncio.run(synthesize_on_b())
+        assert outcome.end["type"] == "done", outcome.end
+        assert not list((tmp_path / "a" / "voices").glob("**/*.npz"))  # nothing on a replica's disk
+        assert httpx.delete(f"{b.url}/v1/voices/{voice_id}", timeout=10).status_code == 204
+        assert httpx.get(f"{a.url}/v1/voices/{voice_id}", timeout=10).status_code == 404
+    finally:
+        a.stop()
+        b.stop()

@@ -73,6 +73,12 @@ class EnginePool:
     def ready(self) -> bool:
         return all(e.ready for e in self.engines)
 
+    def load_asr(self, model_name: str) -> None:
+        """Load the Whisper model that transcribes voices uploaded without a transcript
+        (the reference's own `load_asr_model`), before the engine threads start."""
+        for engine in self.engines:
+            engine.model.load_asr_model(model_name)
+
     def start(self) -> None:
         for engine in self.engines:
             engine.start()
