@@ -13,6 +13,9 @@ Two hazards of FlashInfer's planner that this module handles:
 - A CUDA graph bakes the plan's layout (work-list offsets, grid) into the captured launch, so
   a graph needs a wrapper in FlashInfer's CUDA-graph mode: fixed document count, fixed maximum
   rows, indptr in static device buffers. `GraphPlanner` is that, one per captured bucket.
+
+A step whose documents are those of a plan still held (the usual case: a request keeps its
+canvas for all its steps) reuses that plan: no host work, no copy.
 """
 
 from __future__ import annotations
@@ -91,6 +94,7 @@ def _backend_for(device: torch.device) -> str:
 class _Slot:
     wrapper: object
     planned: torch.cuda.Event | None = None
+    layout: tuple[int, ...] | None = None  # doc_lens of its current plan
 
 
 class FlashInferAttention:
@@ -123,11 +127,17 @@ class FlashInferAttention:
         )
 
     def plan(self, doc_lens: list[int]) -> object:
+        layout = tuple(doc_lens)
+        for slot in self._slots:
+            if slot.layout == layout:  # same documents as a live plan: nothing to do
+                return slot.wrapper
         slot = self._slots[self._next]
         self._next ^= 1
         if slot.planned is not None:
             slot.planned.synchronize()  # its previous host->device plan copy has run
+        slot.layout = None
         self._plan_wrapper(slot.wrapper, doc_indptr(doc_lens))
+        slot.layout = layout
         if slot.planned is None:
             slot.planned = torch.cuda.Event()
         slot.planned.record()
@@ -157,14 +167,20 @@ class GraphPlanner:
             kv_indptr_buf=self.kv_indptr, backend=attn.backend,
         )
         self._planned: torch.cuda.Event | None = None
+        self._layout: tuple[int, ...] | None = None
 
     def plan(self, doc_lens: list[int]) -> object:
         if len(doc_lens) != self.num_docs or sum(doc_lens) != self.max_rows:
             raise ValueError(f"graph plan wants {self.num_docs} documents over {self.max_rows} rows, "
                              f"got {len(doc_lens)} over {sum(doc_lens)}")
+        layout = tuple(doc_lens)
+        if layout == self._layout:  # a steady step: the plan in the workspace still holds
+            return self.wrapper
         if self._planned is not None:
             self._planned.synchronize()
+        self._layout = None
         self.attn._plan_wrapper(self.wrapper, doc_indptr(doc_lens))
+        self._layout = layout
         if self._planned is None:
             self._planned = torch.cuda.Event()
         self._planned.record()

@@ -10,6 +10,7 @@ out once at load for fewer, larger GEMMs:
   RMSNorm reads the strided view and writes q and k contiguous; RoPE (positions restart in
   every document) rotates them in place; V is read straight from the QKV output.
 - `fused_add_rmsnorm` folds each residual add into the next norm; `silu_and_mul` the MLP gate.
+- On CUDA, q/k norm and RoPE are one Triton pass (`qk_norm_rope`) when its self-check passes.
 - The embedding merge and `audio_heads` are the reference modules' own; only target rows go
   through the head GEMM and the float32 upcast.
 
@@ -155,6 +156,7 @@ class _Layer:
     ln2: torch.Tensor
     w_gate_up: torch.Tensor
     w_down: torch.Tensor
+    qk_norms: torch.Tensor  # (2, D): q_norm then k_norm, for the fused kernel
 
 
 @dataclass
@@ -168,6 +170,7 @@ class _Graph:
     graph: object = None
     out: torch.Tensor | None = None
     replays: int = 0
+    filled_from: int = -1  # pad rows [filled_from:] hold pad values
 
 
 @dataclass
@@ -183,7 +186,7 @@ class ForwardStats:
 class FusedBackbone:
     def __init__(self, model, attention: AttentionBackend, ops=None, *, graphs: bool = False,
                  token_buckets: tuple[int, ...] = GRAPH_TOKEN_BUCKETS,
-                 doc_buckets: tuple[int, ...] = GRAPH_DOC_BUCKETS):
+                 doc_buckets: tuple[int, ...] = GRAPH_DOC_BUCKETS, fuse_qk_rope: bool | None = None):
         self.model = model
         self.attention = attention
         self.ops = ops if ops is not None else (FlashInferOps() if attention.name == "flashinfer" else TorchOps())
@@ -204,6 +207,32 @@ class FusedBackbone:
         self._graphs: dict[tuple[int, int], _Graph] = {}
         self._pool = None
         self.stats = ForwardStats()
+        self.qk_rope_kernel = self._pick_qk_rope(fuse_qk_rope)
+
+    def _pick_qk_rope(self, wanted: bool | None) -> str:
+        """`triton` (one fused q/k norm + RoPE pass) when asked or by default on CUDA, if its
+        self-check passes; else `separate` (the ops' rmsnorm then RoPE)."""
+        if wanted is None:
+            wanted = self.device.type == "cuda" and os.environ.get("CHORUS_FUSED_QK_ROPE", "") != "0"
+        if not wanted:
+            return "separate"
+        from server.engine import qk_norm_rope
+
+        if not qk_norm_rope.available(self.device if self.device.type == "cuda" else None):
+            log.info("q/k norm + RoPE: Triton unavailable, using separate kernels")
+            return "separate"
+        limit = {torch.bfloat16: 1e-2, torch.float16: 2e-3}.get(self.dtype, 1e-4)
+        try:
+            err = qk_norm_rope.check(self.device, self.dtype, self.num_q_heads, self.num_kv_heads,
+                                     self.head_dim, self.eps, self.rope_theta)
+        except Exception as exc:  # noqa: BLE001 - fall back, loudly
+            log.warning("q/k norm + RoPE kernel failed its check (%s); using separate kernels", exc)
+            return "separate"
+        if not err < limit:
+            log.warning("q/k norm + RoPE kernel off by %.2e (limit %.0e); using separate kernels", err, limit)
+            return "separate"
+        self.qk_rope_check_error = err
+        return "triton"
 
     @staticmethod
     @torch.no_grad()
@@ -221,6 +250,7 @@ class FusedBackbone:
             ln2=layer.post_attention_layernorm.weight,
             w_gate_up=torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight], 0).contiguous(),
             w_down=mlp.down_proj.weight,
+            qk_norms=torch.stack([attn.q_norm.weight, attn.k_norm.weight]).contiguous(),
         )
 
     @property
@@ -241,10 +271,15 @@ class FusedBackbone:
         h = ops.rmsnorm(x, self.layers[0].ln1, eps)
         for i, layer in enumerate(self.layers):
             qkv = F.linear(h, layer.w_qkv).view(seq, hq + 2 * hkv, d)
-            q = ops.rmsnorm(qkv[:, :hq], layer.q_norm, eps, out=x.new_empty(seq, hq, d))
-            k = ops.rmsnorm(qkv[:, hq : hq + hkv], layer.k_norm, eps, out=x.new_empty(seq, hkv, d))
+            if self.qk_rope_kernel == "triton":
+                from server.engine.qk_norm_rope import qk_norm_rope
+
+                q, k = qk_norm_rope(qkv, layer.qk_norms, pos, hq, hkv, eps, self.rope_theta)
+            else:
+                q = ops.rmsnorm(qkv[:, :hq], layer.q_norm, eps, out=x.new_empty(seq, hq, d))
+                k = ops.rmsnorm(qkv[:, hq : hq + hkv], layer.k_norm, eps, out=x.new_empty(seq, hkv, d))
+                ops.rope_inplace(q, k, pos, self.rope_theta)
             v = qkv[:, hq + hkv :]
-            ops.rope_inplace(q, k, pos, self.rope_theta)
             o = self.attention.attend(plan, q, k, v)
             h = F.linear(o.reshape(seq, hq * d), layer.w_o)
             ops.fused_add_rmsnorm(h, residual, layer.ln2, eps)
@@ -301,11 +336,13 @@ class FusedBackbone:
         # Pad rows: MASK audio tokens at position 0, in their own documents; any valid values
         # would do, fixed ones keep the pad rows finite and the runs reproducible.
         g.ids[:, :s].copy_(canvas.packed_ids, non_blocking=True)
-        g.ids[:, s:].fill_(self.mask_id)
         g.mask[:s].copy_(canvas.audio_mask, non_blocking=True)
-        g.mask[s:].fill_(True)
         g.pos[:s].copy_(canvas.position_ids, non_blocking=True)
-        g.pos[s:].zero_()
+        if g.filled_from != s:  # only the copies above ever write these buffers
+            g.ids[:, s:].fill_(self.mask_id)
+            g.mask[s:].fill_(True)
+            g.pos[s:].zero_()
+            g.filled_from = s
         g.graph.replay()
         g.replays += 1
         self.stats.graph_steps += 1

@@ -1,0 +1,124 @@
+"""Qwen3's per-head q/k RMSNorm and RoPE in one pass over the fused QKV output (Triton).
+
+Unfused, a layer reads the q and k heads out of the QKV row with a strided norm kernel,
+writes them, and reads and writes them again for RoPE: four passes over 24 of the row's 32
+heads. Here one program per token loads all its q and k heads once, normalises each head in
+float32, rotates it (rotate-half, `theta ** (-2i / D)` frequencies, the position of the
+token within its document) and writes q and k contiguous, rounding once. V is never
+touched: attention reads it straight from the QKV output.
+
+`available()` says whether Triton and a CUDA device are there; `check()` compares the
+kernel with the unfused arithmetic on random data, and the backbone uses the kernel only
+when that check passes (else it keeps the FlashInfer kernels, logged).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import torch
+
+log = logging.getLogger(__name__)
+
+try:  # Triton is optional: CPU installs and machines without it keep the unfused path
+    import triton
+    import triton.language as tl
+except Exception:  # noqa: BLE001
+    triton = None
+
+
+if triton is not None:
+
+    @triton.jit
+    def _qk_norm_rope_kernel(qkv, q_out, k_out, w, pos, stride_tok, eps, log2_theta,
+                             NQ: tl.constexpr, NK: tl.constexpr, HP: tl.constexpr, HALF: tl.constexpr):
+        t = tl.program_id(0).to(tl.int64)
+        h = tl.arange(0, HP)[:, None]  # q heads, then k heads, padded to a power of two
+        d = tl.arange(0, HALF)[None, :]
+        hmask = h < NQ + NK
+        src = qkv + t * stride_tok + h * (2 * HALF) + d
+        x1 = tl.load(src, mask=hmask, other=0.0).to(tl.float32)
+        x2 = tl.load(src + HALF, mask=hmask, other=0.0).to(tl.float32)
+        ms = (tl.sum(x1 * x1, axis=1) + tl.sum(x2 * x2, axis=1)) / (2 * HALF)
+        r = (1.0 / tl.sqrt(ms + eps))[:, None]
+        wrow = (h >= NQ).to(tl.int32) * (2 * HALF)  # w is [q_norm; k_norm], (2, D)
+        w1 = tl.load(w + wrow + d, mask=hmask, other=0.0).to(tl.float32)
+        w2 = tl.load(w + wrow + HALF + d, mask=hmask, other=0.0).to(tl.float32)
+        n1 = x1 * r * w1
+        n2 = x2 * r * w2
+        p = tl.load(pos + t).to(tl.float32)
+        inv_freq = tl.exp2(-(d.to(tl.float32) / HALF) * log2_theta)
+        ang = p * inv_freq
+        # range-reduce so the fast sin/cos stay accurate for long documents
+        two_pi = 6.283185307179586
+        ang = ang - two_pi * tl.floor(ang / two_pi + 0.5)
+        c = tl.cos(ang)
+        s = tl.sin(ang)
+        o1 = n1 * c - n2 * s
+        o2 = n2 * c + n1 * s
+        qm = h < NQ
+        km = (h >= NQ) & hmask
+        qdst = q_out + t * (NQ * 2 * HALF) + h * (2 * HALF) + d
+        kdst = k_out + t * (NK * 2 * HALF) + (h - NQ) * (2 * HALF) + d
+        tl.store(qdst, o1.to(q_out.dtype.element_ty), mask=qm)
+        tl.store(qdst + HALF, o2.to(q_out.dtype.element_ty), mask=qm)
+        tl.store(kdst, o1.to(k_out.dtype.element_ty), mask=km)
+        tl.store(kdst + HALF, o2.to(k_out.dtype.element_ty), mask=km)
+
+
+def available(device: torch.device | None = None) -> bool:
+    return triton is not None and (device is None or torch.device(device).type == "cuda")
+
+
+def qk_norm_rope(qkv: torch.Tensor, weights: torch.Tensor, pos: torch.Tensor, num_q_heads: int,
+                 num_kv_heads: int, eps: float, theta: float,
+                 q_out: torch.Tensor | None = None, k_out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """qkv (S, Hq + 2 Hkv, D) (last dim contiguous), weights (2, D) = [q_norm; k_norm],
+    pos (S,) -> q (S, Hq, D), k (S, Hkv, D), normalised and rotated."""
+    seq, _, d = qkv.shape
+    if q_out is None:
+        q_out = qkv.new_empty(seq, num_q_heads, d)
+    if k_out is None:
+        k_out = qkv.new_empty(seq, num_kv_heads, d)
+    if seq == 0:
+        return q_out, k_out
+    assert qkv.stride(2) == 1 and qkv.stride(1) == d and weights.is_contiguous()
+    hp = triton.next_power_of_2(num_q_heads + num_kv_heads)
+    _qk_norm_rope_kernel[(seq,)](
+        qkv, q_out, k_out, weights, pos, qkv.stride(0), float(eps), float(math.log2(theta)),
+        NQ=num_q_heads, NK=num_kv_heads, HP=hp, HALF=d // 2, num_warps=4,
+    )
+    return q_out, k_out
+
+
+def reference(qkv: torch.Tensor, weights: torch.Tensor, pos: torch.Tensor, num_q_heads: int,
+              num_kv_heads: int, eps: float, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same arithmetic in float32 torch (the yardstick of `check` and the tests)."""
+    d = qkv.shape[-1]
+    x = qkv[:, : num_q_heads + num_kv_heads].float()
+    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    w = torch.cat([weights[0:1].expand(num_q_heads, d), weights[1:2].expand(num_kv_heads, d)]).float()
+    x = x * w
+    inv_freq = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float32, device=qkv.device) / d))
+    ang = pos.float()[:, None] * inv_freq[None, :]
+    cos = torch.cat([ang.cos(), ang.cos()], -1)[:, None, :]
+    sin = torch.cat([ang.sin(), ang.sin()], -1)[:, None, :]
+    rot = torch.cat([-x[..., d // 2 :], x[..., : d // 2]], -1)
+    y = (x * cos + rot * sin).to(qkv.dtype)
+    return y[:, :num_q_heads], y[:, num_q_heads:]
+
+
+def check(device, dtype: torch.dtype, num_q_heads: int, num_kv_heads: int, head_dim: int, eps: float,
+          theta: float, tokens: int = 777) -> float:
+    """Max relative error of the kernel against `reference` on random data (half-precision
+    rounding is about 4e-3 in bfloat16); raises when the kernel cannot run."""
+    gen = torch.Generator(device="cpu").manual_seed(1)
+    qkv = (torch.randn(tokens, num_q_heads + 2 * num_kv_heads, head_dim, generator=gen) * 3).to(device, dtype)
+    weights = (1 + 0.1 * torch.randn(2, head_dim, generator=gen)).to(device, dtype)
+    pos = torch.randint(0, 2048, (tokens,), generator=gen).to(device)
+    q, k = qk_norm_rope(qkv, weights, pos, num_q_heads, num_kv_heads, eps, theta)
+    rq, rk = reference(qkv, weights, pos, num_q_heads, num_kv_heads, eps, theta)
+    err = max(float((q.float() - rq.float()).norm() / rq.float().norm()),
+              float((k.float() - rk.float()).norm() / rk.float().norm()))
+    return err
