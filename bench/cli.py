@@ -24,7 +24,7 @@ from bench.metrics import build_summary
 
 log = logging.getLogger("chorus.bench")
 
-SCENARIOS = ("parity", "forward", "diagnose", "engine_single", "engine_throughput", "long", "tokens", "reference_single",
+SCENARIOS = ("parity", "forward", "profile", "engine_single", "finite_check", "engine_throughput", "long", "tokens", "reference_single",
              "reference_throughput", "mixed", "loaded")
 
 
@@ -34,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", default=None, help="full-size checkpoint folder (made there if missing; "
                    "default: a temporary folder)")
     p.add_argument("--dtype", choices=["float16", "bfloat16"], default="bfloat16")
-    p.add_argument("--scenarios", default=",".join(s for s in SCENARIOS if s != "diagnose"), help="comma-separated subset of: " + ", ".join(SCENARIOS))
+    p.add_argument("--scenarios", default=",".join(s for s in SCENARIOS if s != "finite_check"), help="comma-separated subset of: " + ", ".join(SCENARIOS))
     p.add_argument("--requests", type=int, default=256)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--reference-batch", type=int, default=16, help="requests per reference generate() call")
@@ -147,9 +147,11 @@ def _profiles(model) -> dict:
     fi = FlashInferAttention(model.device, model.audio_heads.weight.dtype, c.head_dim ** -0.5,
                              c.num_attention_heads, c.num_key_value_heads, c.head_dim)
     out = {}
-    for n, graphs in ((1, True), (1, False), (16, False), (64, False)):
+    for n, graphs, fuse in ((1, True, None), (1, False, None), (16, False, None), (64, False, None), (64, False, False)):
         canvas = build_packed_canvas(random_items(model, [(26, 250, 2.0)] * n, seed=n, device=model.device), model.device)
-        out[f"{n}_requests_{'graph' if graphs else 'eager'}"] = profile_forward(FusedBackbone(model, fi, graphs=graphs), canvas)
+        backbone = FusedBackbone(model, fi, graphs=graphs, fuse_qk_rope=fuse)
+        name = f"{n}_requests_{'graph' if graphs else 'eager'}_{backbone.qk_rope_kernel}_qk_rope"
+        out[name] = profile_forward(backbone, canvas)
     return out
 
 
@@ -239,20 +241,22 @@ def main(argv: list[str] | None = None) -> int:
     model = models[args.dtype]
     run.scenario("forward", ("forward",), lambda: fw.speed(model))
 
-    if "diagnose" in run.wanted:
+    if "profile" in run.wanted:
         from bench import diagnose as dg
 
-        run.scenario("diagnose", ("diagnostics", "profile"), lambda: _profiles(model))
+        run.scenario("profile", ("diagnostics", "profile"), lambda: _profiles(model))
         for dt in (args.dtype, other):
             if dt in models:
-                run.scenario("diagnose", ("diagnostics", "reference_self_agreement", dt),
+                run.scenario("profile", ("diagnostics", "reference_self_agreement", dt),
                              lambda: dg.reference_self_agreement(models[dt]))
 
     settings = EngineSettings(device="cuda", dtype=args.dtype, max_batch_size=args.max_batch_size,
                               max_packed_tokens=args.max_packed_tokens, attention="auto")
     engine = EngineLoop(model, settings, "bench", model_name="omnivoice-random", random_checkpoint=True)
     backbone = engine.backbone
-    run.put(("engine", "backbone"), type(backbone).__name__)
+    run.put(("engine", "backbone"), {"class": type(backbone).__name__,
+                                     "qk_rope_kernel": getattr(backbone, "qk_rope_kernel", None),
+                                     "qk_rope_check_error": getattr(backbone, "qk_rope_check_error", None)})
     if args.no_graphs and hasattr(backbone, "graphs_enabled"):
         backbone.graphs_enabled = False
     if getattr(backbone, "graphs_enabled", False):
@@ -264,8 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         specs = plain_mix(args.requests, args.seed)
         run.scenario("engine_single", ("engine", "single_10s"), lambda: eb.single(engine))
-        if "diagnose" in run.wanted:
-            run.scenario("diagnose", ("diagnostics", "finite_check"), lambda: _finite_runs(engine, model, specs))
+        run.scenario("finite_check", ("diagnostics", "finite_check"), lambda: _finite_runs(engine, model, specs))
         thr = run.scenario("engine_throughput", ("engine", "throughput_256"), lambda: eb.run_mix(engine, specs))
         run.scenario("long", ("engine", "long_60s"), lambda: eb.long_text(engine))
         run.scenario("tokens", ("token_agreement", args.dtype), lambda: eb.token_agreement(model, engine))

@@ -102,18 +102,17 @@ class FiniteCheck:
 
 def _kind(name: str) -> str:
     n = name.lower()
-    if any(k in n for k in ("gemm", "xmma", "cutlass", "nvjet", "sm90_", "cublas", "matmul")):
-        return "gemm"
-    if any(k in n for k in ("prefill", "attention", "fmha", "flash")):
-        return "attention"
-    if "rope" in n or "rotary" in n:
-        return "rope"
-    if "norm" in n:
-        return "rmsnorm"
-    if "silu" in n or "act_and_mul" in n:
-        return "silu_and_mul"
-    if "embedding" in n or "index" in n or "gather" in n:
-        return "embed_gather"
+    for kind, keys in (
+        ("qk_norm_rope", ("qk_norm_rope",)),
+        ("attention", ("prefillwith", "batchprefill", "fmha", "flash_fwd", "attention")),
+        ("rope", ("rotary", "rope")),
+        ("rmsnorm", ("rmsnorm",)),
+        ("silu_and_mul", ("act_and_mul", "silu")),
+        ("gemm", ("nvjet", "gemm", "xmma", "cutlass", "cublas")),
+        ("embed_gather", ("embedding", "index", "gather")),
+    ):
+        if any(k in n for k in keys):
+            return kind
     return "other"
 
 

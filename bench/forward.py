@@ -50,6 +50,7 @@ def parity(models: dict, dtypes: list[str], seed: int = 0) -> dict:
         paths = {
             "fused_flashinfer": FusedBackbone(model, fi, graphs=False),
             "fused_flashinfer_graph": FusedBackbone(model, fi, graphs=True),
+            "fused_flashinfer_separate_qk_rope": FusedBackbone(model, fi, graphs=False, fuse_qk_rope=False),
             "modules_flashinfer": OmniVoiceBackbone(model, fi),
             "modules_torch": OmniVoiceBackbone(model, TorchAttention(scale)),
         }
@@ -60,6 +61,7 @@ def parity(models: dict, dtypes: list[str], seed: int = 0) -> dict:
             ref = reference_target_logits(model, canvas)
             ref32 = reference_target_logits(ref32_model, canvas32)
             case_rows = {"tokens": canvas.total_len, "documents": len(canvas.doc_lens),
+                         "qk_rope_kernel": paths["fused_flashinfer"].qk_rope_kernel,
                          "graph_bucket": choose_bucket(canvas.total_len, len(canvas.doc_lens)),
                          "reference_vs_float32": compare(ref, ref32)}
             for name, backbone in paths.items():
@@ -92,6 +94,7 @@ def speed(model, sizes=(1, 2, 4, 8, 16, 32, 64), seconds: float = 10.0, referenc
     dtype = model.audio_heads.weight.dtype
     fi = FlashInferAttention(model.device, dtype, arch.head_dim ** -0.5, arch.q_heads, arch.kv_heads, arch.head_dim)
     eager = FusedBackbone(model, fi, graphs=False)
+    separate = FusedBackbone(model, fi, graphs=False, fuse_qk_rope=False)
     graphed = FusedBackbone(model, fi, graphs=True)
     modules = OmniVoiceBackbone(model, fi)
     frames = int(seconds * 25)
@@ -107,6 +110,9 @@ def speed(model, sizes=(1, 2, 4, 8, 16, 32, 64), seconds: float = 10.0, referenc
         row["fused_eager_ms"] = t["median"]
         row["fused_eager_tflops"] = round(flops / t["median"] / 1e9, 1)
         row["fused_eager_mfu"] = round(mfu(flops, t["median"] / 1e3), 4)
+        row["qk_rope_kernel"] = eager.qk_rope_kernel
+        if n in module_sizes + (64,):
+            row["fused_eager_separate_qk_rope_ms"] = cuda_ms(lambda: separate(canvas))["median"]
         bucket = choose_bucket(canvas.total_len, len(canvas.doc_lens))
         if bucket is not None:
             t0 = time.perf_counter()

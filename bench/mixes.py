@@ -58,8 +58,9 @@ def make_text(rng: random.Random, seconds: float, words_per_second: float = 2.6)
 
 
 def _frame_seconds(rng: random.Random, lo: float, hi: float) -> float:
-    # whole frames, so seconds * 25 is exact and int() cannot round a frame away
-    return rng.randint(round(lo * FRAME_RATE), round(hi * FRAME_RATE)) / FRAME_RATE
+    # k frames and half of one more, so int(seconds * 25), as the reference sizes a
+    # canvas, is exactly k whatever the float rounding
+    return (rng.randint(round(lo * FRAME_RATE), round(hi * FRAME_RATE) - 1) + 0.5) / FRAME_RATE
 
 
 def plain_mix(n: int = 256, seed: int = 0, lo: float = 2.0, hi: float = 25.0) -> list[RequestSpec]:

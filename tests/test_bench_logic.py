@@ -1,0 +1,92 @@
+"""The benchmark's arithmetic and request mixes (no GPU needed)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from bench.metrics import SUMMARY_KEYS, Arch, build_summary, forward_flops, mfu, percentile, stats
+from bench.mixes import (
+    FRAME_RATE,
+    audio_seconds,
+    long_paragraph,
+    mixed_knobs_mix,
+    plain_mix,
+    poisson_arrivals,
+)
+
+
+def test_plain_mix_is_seeded_and_in_range():
+    a, b = plain_mix(256, seed=0), plain_mix(256, seed=0)
+    assert a == b and plain_mix(256, seed=1) != a
+    assert len({s.request_id for s in a}) == 256
+    assert all(2.0 <= s.seconds <= 25.0 for s in a)
+    assert all(s.frames == int(s.seconds * FRAME_RATE) == round(s.seconds * FRAME_RATE - 0.5) for s in a)
+    assert 256 * 10 < audio_seconds(a) < 256 * 17
+    assert all(s.text.endswith(".") and len(s.text.split()) >= 2 for s in a)
+
+
+def test_mixed_knobs_shares():
+    specs = mixed_knobs_mix(256, seed=0)
+    base = plain_mix(256, seed=0)
+    assert [(s.text, s.seconds) for s in specs] == [(s.text, s.seconds) for s in base]
+    assert sum(s.clone for s in specs) == 128
+    assert sum(s.guidance_scale == 0 for s in specs) == 64
+    assert sum(s.num_step == 16 for s in specs) == 64
+    assert not any(s.guidance_scale == 0 and s.num_step == 16 for s in specs)
+
+
+def test_long_paragraph_and_arrivals():
+    text = long_paragraph(0, 60.0)
+    assert 120 <= len(text.split()) <= 200
+    arrivals = poisson_arrivals(10.0, 60.0, seed=0)
+    assert arrivals == sorted(arrivals) and all(0 < t < 60 for t in arrivals)
+    assert 450 < len(arrivals) < 750
+
+
+def test_flops_of_a_packed_step():
+    arch = Arch()
+    assert arch.matmul_params_per_layer * arch.layers == pytest.approx(440.4e6, rel=1e-3)
+    one = forward_flops([280, 250], 500, arch)
+    assert one == pytest.approx(2 * 440.4e6 * 530 + 4 * 16 * 128 * 28 * (280**2 + 250**2) + 2 * 1024 * 8200 * 500,
+                                rel=1e-3)
+    assert forward_flops([280, 250] * 2, 1000, arch) == pytest.approx(2 * one)
+    assert mfu(989e12, 1.0) == pytest.approx(1.0)
+
+
+def test_percentiles_and_stats():
+    assert percentile([], 50) is None
+    assert percentile([3, 1, 2], 50) == 2
+    assert percentile([0, 10], 95) == pytest.approx(9.5)
+    s = stats([1.0, 2.0, 3.0, 4.0])
+    assert s["n"] == 4 and s["median"] == 2.5 and s["p95"] == pytest.approx(3.85)
+
+
+def test_summary_has_every_key_and_nulls_for_missing_scenarios():
+    assert build_summary({}) == {k: None for k in SUMMARY_KEYS}
+    doc = {
+        "meta": {"gpu": "NVIDIA H200", "dtype": "bfloat16", "commit": "abc"},
+        "engine": {"throughput_256": {"audio_s_per_s": 300.0}, "single_10s": {"ms": {"median": 80.0}},
+                   "mixed_knobs": {"audio_s_per_s": 270.0}, "long_60s": {"first_audio_ms": {"median": 100.0}},
+                   "loaded": {"total_ms": {"p95": 1500.0}}},
+        "reference": {"throughput_256": {"audio_s_per_s": 40.0}, "single_10s": {"ms": {"median": 800.0}}},
+        "forward": {"mfu_8k_tokens": 0.5},
+    }
+    s = build_summary(doc)
+    assert list(s) == list(SUMMARY_KEYS)
+    assert s["throughput_vs_reference"] == 7.5 and s["single_vs_reference"] == 10.0
+    assert s["mixed_knobs_vs_plain"] == 0.9 and s["mfu_8k_tokens"] == 0.5 and s["gpu"] == "NVIDIA H200"
+
+
+def test_chorus_bench_cli_help_and_cpu_refusal():
+    help_ = subprocess.run([sys.executable, "-m", "server", "bench", "--help"], capture_output=True, text=True,
+                           timeout=120)
+    assert help_.returncode == 0 and "--scenarios" in help_.stdout
+    import torch
+
+    if not torch.cuda.is_available():
+        run = subprocess.run([sys.executable, "-m", "server", "bench", "--scenarios", "forward"],
+                             capture_output=True, text=True, timeout=120)
+        assert run.returncode == 2 and "CUDA" in run.stderr

@@ -1,0 +1,42 @@
+"""The Triton q/k norm + RoPE kernel against its float32 definition, run on the CPU through
+Triton's interpreter (in a subprocess: the interpreter is chosen when Triton is imported)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytest.importorskip("triton")
+
+SCRIPT = textwrap.dedent("""
+    import torch
+    from server.engine import qk_norm_rope as m
+    from server.engine.fused_backbone import TorchOps
+    # float32: the kernel is the definition up to float32 rounding
+    assert m.check("cpu", torch.float32, 4, 2, 16, 1e-6, 1e6, tokens=29) < 1e-4
+    assert m.check("cpu", torch.float16, 16, 8, 128, 1e-6, 1e6, tokens=9) < 2e-3
+    # a strided (S, H, D) view of a fused QKV output, as the backbone passes it
+    qkv = torch.randn(11, 8 * 16).view(11, 8, 16)
+    w, pos = torch.randn(2, 16), torch.randint(0, 900, (11,))
+    q, k = m.qk_norm_rope(qkv, w, pos, 4, 2, 1e-6, 1e6)
+    rq, rk = m.reference(qkv, w, pos, 4, 2, 1e-6, 1e6)
+    assert q.shape == (11, 4, 16) and k.shape == (11, 2, 16) and q.is_contiguous()
+    assert torch.allclose(q, rq, atol=1e-4) and torch.allclose(k, rk, atol=1e-4)
+    # the definition is the unfused path's: rmsnorm per head, then rotate-half RoPE
+    tq = TorchOps.rmsnorm(qkv[:, :4], w[0], 1e-6); tk = TorchOps.rmsnorm(qkv[:, 4:6], w[1], 1e-6)
+    TorchOps.rope_inplace(tq, tk, pos, 1e6)
+    assert torch.allclose(tq, rq, atol=1e-5) and torch.allclose(tk, rk, atol=1e-5)
+    print("ok")
+""")
+
+
+def test_kernel_in_the_interpreter():
+    env = {"TRITON_INTERPRET": "1", "PATH": "/usr/bin:/bin"}
+    import os
+
+    env = dict(os.environ, **env)
+    result = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
