@@ -21,9 +21,27 @@ def flashinfer_ok():
 
 @pytest.fixture(scope="module")
 def models(tiny_checkpoint, flashinfer_ok):
-    from server.checkpoint import load_omnivoice
+    """A small random OmniVoice with the real attention geometry (16 q / 8 kv heads of 128,
+    the head size Chorus's prebuilt FlashInfer kernels are for), two layers, the tiny
+    checkpoint's text tokenizer."""
+    import dataclasses
 
-    return {dt: load_omnivoice(str(tiny_checkpoint), "cuda", dt) for dt in ("float32", "float16", "bfloat16")}
+    from transformers import AutoTokenizer
+
+    from server.checkpoint import SPECS, build_omnivoice
+
+    spec = dataclasses.replace(SPECS["tiny"], hidden_size=256, num_hidden_layers=2, num_attention_heads=16,
+                               num_key_value_heads=8, head_dim=128, intermediate_size=512)
+    base = build_omnivoice(spec, seed=0)
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_checkpoint))
+    out = {}
+    for dt in ("float32", "float16", "bfloat16"):
+        model = build_omnivoice(spec, seed=0)
+        model.load_state_dict(base.state_dict())
+        model = model.to("cuda", getattr(torch, dt)).eval()
+        model.text_tokenizer = tokenizer
+        out[dt] = model
+    return out
 
 
 def _fi(model):
