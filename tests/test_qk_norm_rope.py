@@ -19,12 +19,14 @@ SCRIPT = textwrap.dedent("""
     assert m.check("cpu", torch.float32, 4, 2, 16, 1e-6, 1e6, tokens=29) < 1e-4
     assert m.check("cpu", torch.float16, 16, 8, 128, 1e-6, 1e6, tokens=9) < 2e-3
     # a strided (S, H, D) view of a fused QKV output, as the backbone passes it
+    torch.manual_seed(0)
     qkv = torch.randn(11, 8 * 16).view(11, 8, 16)
     w, pos = torch.randn(2, 16), torch.randint(0, 900, (11,))
     q, k = m.qk_norm_rope(qkv, w, pos, 4, 2, 1e-6, 1e6)
     rq, rk = m.reference(qkv, w, pos, 4, 2, 1e-6, 1e6)
     assert q.shape == (11, 4, 16) and k.shape == (11, 2, 16) and q.is_contiguous()
-    assert torch.allclose(q, rq, atol=1e-4) and torch.allclose(k, rk, atol=1e-4)
+    # float32 angles up to ~900 rad: agreement to float32 rounding of the angle, relatively
+    assert float((q - rq).norm() / rq.norm()) < 1e-5 and float((k - rk).norm() / rk.norm()) < 1e-5
     # the definition is the unfused path's: rmsnorm per head, then rotate-half RoPE
     tq = TorchOps.rmsnorm(qkv[:, :4], w[0], 1e-6); tk = TorchOps.rmsnorm(qkv[:, 4:6], w[1], 1e-6)
     TorchOps.rope_inplace(tq, tk, pos, 1e6)
