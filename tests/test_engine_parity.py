@@ -225,3 +225,27 @@ def test_voice_encoding_equals_reference(engine, reference_model, reference_clip
     theirs = reference_model.create_voice_clone_prompt((torch.from_numpy(clip), sr), ref_text="A short reference")
     assert torch.equal(ours.tokens, theirs.ref_audio_tokens)
     assert ours.text == theirs.ref_text and ours.rms == pytest.approx(theirs.ref_rms)
+
+
+@pytest.mark.parametrize("text,ref,lang,instruct,denoise", [
+    ("Hello there.", False, None, None, True),
+    ("With a voice [laughter] and tags.", True, "en", None, True),
+    ("No denoise with a voice.", True, None, None, False),
+    ("Designed 你好 voice.", False, "zh", "female, low pitch", True),
+])
+def test_host_built_canvas_equals_reference_prepare_inputs(reference_model, voice, text, ref, lang, instruct, denoise):
+    from server.engine.request import RequestPlan, ChunkPlan, RequestState, build_utterance
+
+    _, vp = voice
+    model = reference_model
+    request = SynthesisRequest("c", text, options=GenerationOptions(denoise=denoise))
+    plan = RequestPlan(lang, instruct, [ChunkPlan(text, 17)], None, chained=False)
+    state = RequestState(request=request, plan=plan, sink=None, seq=0, seed=0)
+    utt = build_utterance(model, state, 0, vp if ref else None, torch.device("cpu"))
+    expected = model._prepare_inference_inputs(text, 17, vp.text if ref else None, vp.tokens if ref else None,
+                                               lang, instruct, denoise)
+    ids = torch.cat([utt.item.prefix_ids, utt.item.tokens], dim=1)
+    assert torch.equal(ids, expected["input_ids"][0])
+    mask = torch.cat([utt.item.prefix_audio_mask, torch.ones(17, dtype=torch.bool)])
+    assert torch.equal(mask, expected["audio_mask"][0])
+    assert utt.item.prefix_audio_mask_host.tolist() == utt.item.prefix_audio_mask.tolist()

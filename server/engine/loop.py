@@ -26,6 +26,7 @@ from server.engine.attention import make_attention_backend
 from server.engine.backbone import OmniVoiceBackbone
 from server.engine.canvas import build_packed_canvas
 from server.engine.codec import Codec
+from server.engine.finisher import ChunkDecoded, Finisher, FinishFailed, WholeReady
 from server.engine.request import (
     RequestState,
     Utterance,
@@ -92,6 +93,7 @@ class _Launched:
     utts: list[Utterance]
     finite: torch.Tensor
     step_numbers: list[int]
+    ready: torch.cuda.Event | None = None  # passed once `finite` (and the step) is on the host
 
 
 class _StepTimer:
@@ -153,6 +155,7 @@ class EngineLoop:
         self.sampler = Sampler(model.config.audio_mask_id, model.config.num_audio_codebook, self.device)
         self.scheduler = Scheduler(settings.max_batch_size, settings.max_packed_tokens)
         self.codec = Codec(model)
+        self.finisher = Finisher(self.codec, self.device, lambda done: self._commands.put(done))
         self.frame_rate: int = model.audio_tokenizer.config.frame_rate
         self.sample_rate: int = model.sampling_rate
         self.step_log = StepLog()
@@ -289,6 +292,7 @@ class EngineLoop:
         self._drain_commands(block=False)
         for state in list(self._states.values()):
             self._finish(state, "cancelled", "the server is shutting down")
+        self.finisher.shutdown()
 
     def _drain_commands(self, block: bool) -> None:
         while True:
@@ -305,6 +309,14 @@ class EngineLoop:
                     self._finish(state, "cancelled")
             elif isinstance(command, _EncodeVoice):
                 self._encode(command)
+            elif isinstance(command, ChunkDecoded):
+                self._chunk_decoded(command)
+            elif isinstance(command, WholeReady):
+                if not command.state.finished:
+                    self._send_audio(command.state, 0, command.audio, final=True)
+                    self._finish(command.state, "done")
+            elif isinstance(command, FinishFailed):
+                self._finish(command.state, "error", f"decoding failed: {command.error}")
 
     def _encode(self, command: _EncodeVoice) -> None:
         if not command.future.set_running_or_notify_cancel():
@@ -362,7 +374,9 @@ class EngineLoop:
     def _settle(self, step: "_InFlightStep") -> None:
         """The step's results are needed now: read its flags, report, finish chunks."""
         for part in step.parts:
-            finite = part.finite.tolist()  # waits for this step only
+            if part.ready is not None:
+                part.ready.synchronize()  # this step only; the next one stays queued
+            finite = part.finite.tolist()
             for utt, ok, number in zip(part.utts, finite, part.step_numbers):
                 state = utt.state
                 if state.finished:
@@ -426,44 +440,53 @@ class EngineLoop:
             log.warning("step of %d items failed (%s); retrying in halves", len(utts), exc)
             half = len(utts) // 2
             return self._launch(utts[:half]) + self._launch(utts[half:])
+        ready = None
         if finite.device.type != "cpu":
             host = torch.empty(finite.shape, dtype=finite.dtype, pin_memory=True)
             host.copy_(finite, non_blocking=True)
+            ready = torch.cuda.Event()
+            ready.record()
             finite = host
-        return [_Launched(utts, finite, [u.step + 1 for u in utts])]
+        return [_Launched(utts, finite, [u.step + 1 for u in utts], ready)]
 
     def _complete_chunk(self, utt: Utterance) -> None:
+        """A chunk's last step has run: queue later chunks on it, hand it to the finisher."""
         state = utt.state
         index = utt.chunk_index
         tokens = utt.item.tokens
-        self._emit(state, ChunkTokens(state.request_id, index, tokens.cpu().numpy()))
         try:
             if state.plan.chained and index == 0:
                 chunk0 = VoicePrompt(tokens=tokens, text=state.plan.chunks[0].text, rms=0.0)
                 for later in range(1, state.num_chunks):
                     self.scheduler.add(build_utterance(self.model, state, later, chunk0, self.device))
-            raw = self.codec.decode(tokens)
-            self._deliver_audio(state, index, raw)
         except Exception as exc:  # noqa: BLE001 - isolate to this request
-            log.exception("request %s: finishing chunk %d failed", state.request_id, index)
-            self._finish(state, "error", f"decoding failed: {exc}")
-
-    def _deliver_audio(self, state: RequestState, index: int, raw: np.ndarray) -> None:
+            log.exception("request %s: building later chunks failed", state.request_id)
+            self._finish(state, "error", f"building the canvas failed: {exc}")
+            return
+        ready = None
+        if self.device.type == "cuda":
+            ready = torch.cuda.Event()
+            ready.record()
         request = state.request
         rms = request.voice.rms if request.voice else None
-        if request.stream == "whole":
-            state.raw_audio[index] = raw
-            if len(state.raw_audio) < state.num_chunks:
-                return
-            joined = self.codec.join([state.raw_audio[i] for i in range(state.num_chunks)])
-            audio = self.codec.post_process(joined, rms, request.options.postprocess)
-            self._send_audio(state, 0, audio, final=True)
-        else:
-            audio = self.codec.post_process(raw, rms, request.options.postprocess)
-            state.raw_audio[index] = None
-            self._send_audio(state, index, audio, final=index == state.num_chunks - 1)
-        if len(state.raw_audio) == state.num_chunks:
-            self._finish(state, "done")
+        postprocess = None if request.stream == "whole" else request.options.postprocess
+        self.finisher.decode(state, index, tokens, ready, rms, postprocess)
+
+    def _chunk_decoded(self, done: ChunkDecoded) -> None:
+        state = done.state
+        if state.finished:
+            return
+        self._emit(state, ChunkTokens(state.request_id, done.index, done.tokens))
+        state.raw_audio[done.index] = None if done.post_processed else done.audio
+        if done.post_processed:
+            self._send_audio(state, done.index, done.audio, final=done.index == state.num_chunks - 1)
+            if len(state.raw_audio) == state.num_chunks:
+                self._finish(state, "done")
+        elif len(state.raw_audio) == state.num_chunks:
+            request = state.request
+            rms = request.voice.rms if request.voice else None
+            self.finisher.join(state, [state.raw_audio[i] for i in range(state.num_chunks)], rms,
+                               request.options.postprocess)
 
     def _send_audio(self, state: RequestState, chunk: int, audio: np.ndarray, final: bool) -> None:
         if state.first_audio_at is None:

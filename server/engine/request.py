@@ -12,6 +12,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from server.engine.canvas import CanvasItem
@@ -211,41 +212,61 @@ class Utterance:
         return self.item.packed_len
 
 
+def text_prefix_ids(model, text: str, ref_text: str | None, has_ref: bool, language: str | None,
+                    instruct: str | None, denoise: bool) -> torch.Tensor:
+    """Style and text token ids (1-D, CPU), exactly as `_prepare_inference_inputs` makes them.
+
+    Built on the host so admitting a request never copies through a synchronising
+    pageable transfer on the GPU stream; tests check equality with the reference's canvas.
+    """
+    style = "<|denoise|>" if (denoise and has_ref) else ""
+    style += f"<|lang_start|>{language or 'None'}<|lang_end|>"
+    style += f"<|instruct_start|>{instruct or 'None'}<|instruct_end|>"
+    style_ids = model.text_tokenizer(style, return_tensors="pt").input_ids[0]
+    wrapped = f"<|text_start|>{combine_text(ref_text=ref_text, text=text)}<|text_end|>"
+    text_ids = tokenize_with_nonverbal_tags(wrapped, model.text_tokenizer)[0]
+    return torch.cat([style_ids, text_ids]).long()
+
+
+def _to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    if device.type == "cpu":
+        return tensor
+    return tensor.pin_memory().to(device, non_blocking=True)
+
+
 def build_utterance(model, state: RequestState, chunk_index: int, ref: VoicePrompt | None,
                     device: torch.device) -> Utterance:
-    """Build one chunk's canvas with the reference's `_prepare_inference_inputs`."""
+    """One chunk's canvas: the reference's layout (style, text, reference audio, MASK target)."""
     chunk = state.plan.chunks[chunk_index]
     opts = state.request.options
-    inputs = model._prepare_inference_inputs(
-        chunk.text,
-        chunk.target_len,
-        ref.text if ref else None,
-        ref.tokens if ref else None,
-        state.plan.language,
-        state.plan.instruct,
-        opts.denoise,
-    )
-    ids = inputs["input_ids"][0].to(device)
-    mask = inputs["audio_mask"][0].to(device)
-    prefix_len = ids.shape[1] - chunk.target_len
+    num_codebooks = model.config.num_audio_codebook
+    text_ids = text_prefix_ids(model, chunk.text, ref.text if ref else None, ref is not None,
+                               state.plan.language, state.plan.instruct, opts.denoise)
+    n_text = int(text_ids.shape[0])
+    ref_len = ref.num_frames if ref else 0
+    prefix_parts = [_to_device(text_ids.unsqueeze(0).expand(num_codebooks, -1).contiguous(), device)]
+    if ref is not None:
+        ref_tokens = ref.tokens if ref.tokens.device == device else _to_device(ref.tokens.long(), device)
+        prefix_parts.append(ref_tokens)
+    mask_host = np.zeros(n_text + ref_len, dtype=np.bool_)
+    mask_host[n_text:] = True  # audio_mask: true from the reference audio on
     item = CanvasItem(
         item_id=f"{state.request_id}#{chunk_index}",
-        prefix_ids=ids[:, :prefix_len].contiguous(),
-        prefix_audio_mask=mask[:prefix_len].contiguous(),
-        tokens=ids[:, prefix_len:].clone(),
+        prefix_ids=torch.cat(prefix_parts, dim=1) if len(prefix_parts) > 1 else prefix_parts[0],
+        prefix_audio_mask=_to_device(torch.from_numpy(mask_host), device),
+        tokens=torch.full((num_codebooks, chunk.target_len), model.config.audio_mask_id, dtype=torch.long,
+                          device=device),
         guidance_scale=opts.guidance_scale,
+        prefix_audio_mask_host=mask_host,
     )
     generator = torch.Generator(device=device)
     generator.manual_seed(chunk_seed(state.seed, chunk_index))
-    schedule = unmask_schedule(chunk.target_len, model.config.num_audio_codebook, opts.num_step, opts.t_shift)
+    schedule = unmask_schedule(chunk.target_len, num_codebooks, opts.num_step, opts.t_shift)
     return Utterance(state=state, chunk_index=chunk_index, item=item, schedule=schedule, generator=generator)
 
 
 def packed_len_of(model, state: RequestState, chunk_index: int) -> int:
-    """Exact packed length of a chunk before its canvas exists (budget check at submission).
-
-    Tokenizes exactly as `_prepare_inference_inputs` does, on the caller's thread.
-    """
+    """Exact packed length of a chunk before its canvas exists (budget check at submission)."""
     chunk = state.plan.chunks[chunk_index]
     opts = state.request.options
     voice = state.request.voice
@@ -254,11 +275,7 @@ def packed_len_of(model, state: RequestState, chunk_index: int) -> int:
     if state.plan.chained and chunk_index > 0:
         ref_text, ref_len = state.plan.chunks[0].text, state.plan.chunks[0].target_len
         has_ref = True
-    style = "<|denoise|>" if (opts.denoise and has_ref) else ""
-    style += f"<|lang_start|>{state.plan.language or 'None'}<|lang_end|>"
-    style += f"<|instruct_start|>{state.plan.instruct or 'None'}<|instruct_end|>"
-    n_style = len(model.text_tokenizer(style).input_ids)
-    wrapped = f"<|text_start|>{combine_text(ref_text=ref_text, text=chunk.text)}<|text_end|>"
-    n_text = int(tokenize_with_nonverbal_tags(wrapped, model.text_tokenizer).shape[-1])
-    cond = n_style + n_text + ref_len + chunk.target_len
+    n_text = int(text_prefix_ids(model, chunk.text, ref_text, has_ref, state.plan.language, state.plan.instruct,
+                                 opts.denoise).shape[0])
+    cond = n_text + ref_len + chunk.target_len
     return cond + (chunk.target_len if opts.guidance_scale != 0 else 0)

@@ -1,0 +1,111 @@
+"""Finishing chunks off the step thread: decode on its own CUDA stream, then post-process.
+
+Decoding a finished canvas (7-10 ms on a GPU) and the reference's post-processing (15-20
+ms of CPU per chunk) would otherwise stall the step loop once per finished chunk. A small
+pool of worker threads does both; results go back to the engine thread as commands, so
+all request bookkeeping stays on the engine thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+
+from server.engine.codec import Codec
+
+log = logging.getLogger("chorus.engine")
+
+
+@dataclass(frozen=True)
+class ChunkDecoded:
+    """A chunk's tokens (host copy) and its audio: post-processed, or raw in `whole` mode."""
+
+    state: object
+    index: int
+    tokens: np.ndarray
+    audio: np.ndarray
+    post_processed: bool
+
+
+@dataclass(frozen=True)
+class WholeReady:
+    """The cross-faded, post-processed audio of a whole request (`stream: whole`)."""
+
+    state: object
+    audio: np.ndarray
+
+
+@dataclass(frozen=True)
+class FinishFailed:
+    state: object
+    index: int
+    error: BaseException
+
+
+class Finisher:
+    def __init__(self, codec: Codec, device: torch.device, deliver: Callable[[object], None], workers: int = 2):
+        self.codec = codec
+        self.device = device
+        self.deliver = deliver
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="chorus-finish")
+        self._local = threading.local()
+
+    def _stream(self):
+        if self.device.type != "cuda":
+            return None
+        if getattr(self._local, "stream", None) is None:
+            self._local.stream = torch.cuda.Stream(self.device)
+        return self._local.stream
+
+    def decode(self, state, index: int, tokens: torch.Tensor, ready: torch.cuda.Event | None,
+               rms: float | None, postprocess: bool | None) -> None:
+        """Decode `tokens` once `ready` (an event on the engine's stream) has passed.
+
+        `postprocess` None means keep the raw audio (to be joined with the other chunks).
+        """
+        self._pool.submit(self._decode, state, index, tokens, ready, rms, postprocess)
+
+    def _decode(self, state, index, tokens, ready, rms, postprocess) -> None:
+        try:
+            stream = self._stream()
+            with torch.cuda.stream(stream) if stream is not None else _nullcontext():
+                if ready is not None:
+                    stream.wait_event(ready)
+                tokens_host = tokens.cpu().numpy()
+                raw = self.codec.decode(tokens)
+            if postprocess is None:
+                self.deliver(ChunkDecoded(state, index, tokens_host, raw, post_processed=False))
+            else:
+                audio = self.codec.post_process(raw, rms, postprocess)
+                self.deliver(ChunkDecoded(state, index, tokens_host, audio, post_processed=True))
+        except Exception as exc:  # noqa: BLE001 - handed to the engine thread, fails that request
+            log.exception("decoding chunk %d failed", index)
+            self.deliver(FinishFailed(state, index, exc))
+
+    def join(self, state, chunks: list[np.ndarray], rms: float | None, postprocess: bool) -> None:
+        self._pool.submit(self._join, state, chunks, rms, postprocess)
+
+    def _join(self, state, chunks, rms, postprocess) -> None:
+        try:
+            audio = self.codec.post_process(self.codec.join(chunks), rms, postprocess)
+            self.deliver(WholeReady(state, audio))
+        except Exception as exc:  # noqa: BLE001
+            log.exception("post-processing failed")
+            self.deliver(FinishFailed(state, 0, exc))
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class _nullcontext:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
