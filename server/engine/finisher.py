@@ -60,6 +60,7 @@ class Finisher:
         if self.device.type != "cuda":
             return None
         if getattr(self._local, "stream", None) is None:
+            torch.cuda.set_device(self.device)  # this worker thread's current GPU
             self._local.stream = torch.cuda.Stream(self.device)
         return self._local.stream
 

@@ -150,7 +150,11 @@ class EngineLoop:
             settings.attention, self.device, model.audio_heads.weight.dtype, head_dim**-0.5,
             llm_cfg.num_attention_heads, llm_cfg.num_key_value_heads, head_dim,
         )
-        self.backbone = self._make_backbone(attention)
+        if self.device.type == "cuda":
+            with torch.cuda.device(self.device):  # kernels checked and graphs captured on this GPU
+                self.backbone = self._make_backbone(attention)
+        else:
+            self.backbone = self._make_backbone(attention)
         log.info("%s: %s attention on %s", name, attention.name, self.device)
         self.sampler = Sampler(model.config.audio_mask_id, model.config.num_audio_codebook, self.device)
         self.scheduler = Scheduler(settings.max_batch_size, settings.max_packed_tokens)
@@ -280,6 +284,8 @@ class EngineLoop:
 
     def _run(self) -> None:
         torch.set_grad_enabled(False)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)  # events, graphs and kernels of this thread
         while not self._stopping.is_set():
             if len(self.scheduler) == 0:
                 self._settle_all()  # may queue later chunks of a request
