@@ -15,10 +15,26 @@ KEY = "e2e-secret-key"
 @pytest.fixture(scope="module")
 def keyed_server(tmp_path_factory, browser_executable, chorus_server: ChorusServer):
     workdir = tmp_path_factory.mktemp("e2e-keyed")
-    # Reuse the demo checkpoint the first server made.
-    server = start_server(workdir, "server-keyed", ["--api-key", KEY], cache_dir=chorus_server.cache_dir)
+    # Reuse the demo checkpoint the first server made. A short drain: the lost-connection
+    # test stops it with a request in flight.
+    server = start_server(workdir, "server-keyed", ["--api-key", KEY, "--drain-seconds", "1"],
+                          cache_dir=chorus_server.cache_dir)
     yield server
     server.stop()
+
+
+def test_a_page_with_the_key_embedded_connects_at_once(page: Page, tmp_path_factory, chorus_server: ChorusServer):
+    server = start_server(tmp_path_factory.mktemp("e2e-embedded"), "server-embedded",
+                          ["--api-key", KEY, "--page-embeds-key"], cache_dir=chorus_server.cache_dir)
+    try:
+        page.goto(server.url + "/")
+        expect(page.locator("#conn-status")).to_have_attribute("data-state", "open", timeout=LONG)
+        expect(page.locator("#apikey-panel")).not_to_have_attribute("open", "")
+        card, _ = generate(page, "Embedded key.")
+        expect(card).to_have_attribute("data-state", "done", timeout=LONG)
+    finally:
+        page.goto("about:blank")  # leave before the server goes, or the page tries to reconnect
+        server.stop()
 
 
 def test_api_key_is_asked_for_kept_and_sent(page: Page, keyed_server: ChorusServer):

@@ -2,7 +2,8 @@
 
 The lifespan loads one engine per device (in threads: loading is slow and touches torch),
 starts their step threads, and stops them on shutdown, which ends every request still in
-flight with `cancelled`. Handlers get the service and config by dependency injection.
+flight with `cancelled`. Before that, `drain` (run by `server.run` on SIGTERM/SIGINT) lets
+in-flight requests finish. Handlers get the service and config by dependency injection.
 """
 
 from __future__ import annotations
@@ -13,19 +14,20 @@ from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
 from litestar import Litestar
+from litestar.config.cors import CORSConfig
 from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.exceptions import HTTPException
 
 from server.api import ops, speech, stream, voices
 from server.api.errors import ApiError, api_error_handler, http_exception_handler, internal_error_handler
+from server.audio_io import AudioLimits
 from server.config import ServerConfig
 from server.metrics import Metrics
 from server.service import Engine, SynthesisService
 from server.voices import open_voice_library
 
 log = logging.getLogger("chorus.app")
-MAX_UPLOAD_BYTES = 32 * 1024 * 1024
 
 
 async def load_engines(cfg: ServerConfig) -> Engine:
@@ -46,10 +48,13 @@ def create_app(cfg: ServerConfig, engine: Engine | None = None) -> Litestar:
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
-        store = await asyncio.to_thread(open_voice_library, cfg.voices_dir, cfg.voices_db)
+        store = await asyncio.to_thread(open_voice_library, cfg.voices_dir, cfg.voices_db,
+                                        max_voices=cfg.max_voices, max_bytes=cfg.max_voices_bytes)
         running = engine if engine is not None else await load_engines(cfg)
-        app.state.service = SynthesisService(running, store, Metrics(), max_queue=cfg.max_queue,
-                                             asr_available=bool(cfg.asr_model))
+        app.state.service = SynthesisService(
+            running, store, Metrics(), max_queue=cfg.max_queue, asr_available=bool(cfg.asr_model),
+            audio_limits=AudioLimits(max_bytes=cfg.max_reference_bytes, max_seconds=cfg.max_reference_seconds),
+        )
         app.state.ready = True
         try:
             yield
@@ -66,6 +71,14 @@ def create_app(cfg: ServerConfig, engine: Engine | None = None) -> Litestar:
         return state.config
 
     from web.pages import template_config, web_route_handlers
+
+    # Browsers on the allowed other origins may call the HTTP API too (the WebSocket checks
+    # the Origin itself: `server.api.auth`).
+    cors = None
+    if cfg.allowed_origins:
+        cors = CORSConfig(allow_origins=["*"] if "*" in cfg.allowed_origins else list(cfg.allowed_origins),
+                          allow_methods=["GET", "POST", "DELETE"], allow_headers=["Authorization", "Content-Type"],
+                          expose_headers=["X-Request-Id", "X-Sample-Rate", "Retry-After"])
 
     return Litestar(
         route_handlers=[
@@ -86,8 +99,33 @@ def create_app(cfg: ServerConfig, engine: Engine | None = None) -> Litestar:
             Exception: internal_error_handler,
         },
         lifespan=[lifespan],
-        state=State({"config": cfg, "ready": False}),
-        request_max_body_size=MAX_UPLOAD_BYTES,
+        state=State({"config": cfg, "ready": False, "connections": set()}),
+        cors_config=cors,
+        request_max_body_size=cfg.max_body_bytes,
         openapi_config=None,
         logging_config=None,  # logging is configured once, by the command line
     )
+
+
+async def drain(app: Litestar, seconds: float, hurry: asyncio.Event | None = None) -> None:
+    """Graceful shutdown, before the server stops: readiness goes false, new work is refused
+    (`busy`, HTTP 503 + Retry-After), requests in flight get up to `seconds` (or until
+    `hurry` is set) to finish, the rest are cancelled, and once every request has sent its
+    end, each WebSocket is closed (1001)."""
+    from server.api.stream import close_all
+
+    state = app.state
+    state.ready = False
+    service: SynthesisService | None = state.get("service")
+    if service is None:  # still starting
+        return
+    service.start_draining()
+    log.info("shutting down: not ready, taking no new work", extra={"inflight": service.inflight,
+                                                                      "drain_s": seconds})
+    if not await service.wait_idle(seconds, hurry):
+        log.warning("drain deadline passed: cancelling what is left", extra={"inflight": service.inflight})
+        service.cancel_all()
+        if not await service.wait_idle(10.0):
+            log.error("requests still in flight after cancelling", extra={"inflight": service.inflight})
+    await close_all(state.get("connections") or set())
+    log.info("drained")

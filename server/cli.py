@@ -1,4 +1,4 @@
-"""`chorus serve | make-checkpoint | bench`."""
+"""`chorus serve | make-checkpoint | bench | loadtest`."""
 
 from __future__ import annotations
 
@@ -6,13 +6,45 @@ import argparse
 import os
 from pathlib import Path
 
-from server.config import ServerConfig
+from server.config import ServerConfig, parse_origins
 
 
 def _positive_int(text: str) -> int:
     value = int(text)
     if value <= 0:
         raise argparse.ArgumentTypeError("must be a positive integer")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError("must be a number > 0")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError("must be a number >= 0")
+    return value
+
+
+_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 1024**2, "mb": 1024**2, "mib": 1024**2,
+          "g": 1024**3, "gb": 1024**3, "gib": 1024**3}
+
+
+def _size(text: str) -> int:
+    """A byte count: `1048576`, `512K`, `16M`, `16MiB`, `1G` (binary units)."""
+    digits = text.strip().lower()
+    number = digits.rstrip("abgikm")
+    unit = digits[len(number):]
+    try:
+        value = int(float(number) * _UNITS[unit])
+    except (KeyError, ValueError):
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 1048576, 512K, 16M, 1G)") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError("must be a positive size")
     return value
 
 
@@ -42,6 +74,26 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-text-chars", type=_positive_int, default=5000)
     serve.add_argument("--max-inflight", type=_positive_int, default=16,
                        help="requests one WebSocket connection may have in flight")
+    serve.add_argument("--max-frame-bytes", type=_size, default="16M",
+                       help="largest WebSocket frame; a larger one closes the socket with 1009 (default 16M)")
+    serve.add_argument("--max-reference-bytes", type=_size, default="16M",
+                       help="largest reference audio file, uploaded or base64 (default 16M)")
+    serve.add_argument("--max-reference-seconds", type=_positive_float, default=60.0,
+                       help="longest reference audio clip (default 60)")
+    serve.add_argument("--max-voices", type=_positive_int, default=1000, help="voices the library may hold")
+    serve.add_argument("--max-voices-bytes", type=_size, default="256M",
+                       help="stored voice data the library may hold, all voices together (default 256M)")
+    serve.add_argument("--idle-timeout", type=_non_negative_float, default=300.0,
+                       help="close a WebSocket idle this many seconds with nothing in flight (0: never; default 300)")
+    serve.add_argument("--drain-seconds", type=_non_negative_float, default=30.0,
+                       help="on SIGTERM/SIGINT, time in-flight requests get to finish before the rest are "
+                            "cancelled (default 30)")
+    serve.add_argument("--allowed-origins", default=None,
+                       help="comma-separated browser Origins allowed besides the server's own, or * for any "
+                            "(default: $CHORUS_ALLOWED_ORIGINS, else same origin only)")
+    serve.add_argument("--page-embeds-key", action="store_true",
+                       help="put the API key in the demo page so it works without typing it; anyone who can "
+                            "load the page then has the key (private deployments only)")
     serve.add_argument("--attention", choices=["auto", "torch", "flashinfer"], default="auto")
     serve.add_argument("--log-level", default=os.environ.get("CHORUS_LOG_LEVEL", "info"))
 
@@ -53,6 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     # Options are bench's own (`chorus bench --help`); they pass through untouched.
     sub.add_parser("bench", add_help=False,
                    help="GPU benchmark: the reference and Chorus on the same requests (bench/README.md)")
+    sub.add_parser("loadtest", add_help=False,
+                   help="load and soak test: many WebSocket clients against a server, then a report")
     return parser
 
 
@@ -71,6 +125,17 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     cfg.max_queue = args.max_queue
     cfg.max_text_chars = args.max_text_chars
     cfg.max_inflight_per_connection = args.max_inflight
+    cfg.max_frame_bytes = args.max_frame_bytes
+    cfg.max_reference_bytes = args.max_reference_bytes
+    cfg.max_reference_seconds = args.max_reference_seconds
+    cfg.max_voices = args.max_voices
+    cfg.max_voices_bytes = args.max_voices_bytes
+    cfg.idle_timeout = args.idle_timeout
+    cfg.drain_seconds = args.drain_seconds
+    if args.allowed_origins is not None:
+        cfg.allowed_origins = parse_origins(args.allowed_origins)
+    if args.page_embeds_key:
+        cfg.page_embeds_key = True
     cfg.engine.device = args.device
     cfg.engine.dtype = args.dtype or ("float32" if args.device == "cpu" else "bfloat16")
     cfg.engine.max_batch_size = args.max_batch_size
@@ -92,6 +157,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench import main as bench_main
 
         return bench_main(rest)
+    if args.command == "loadtest":
+        from bench.loadtest import main as loadtest_main
+
+        return loadtest_main(rest)
     if rest:
         parser.error("unrecognized arguments: " + " ".join(rest))
     if args.command == "make-checkpoint":

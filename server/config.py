@@ -32,13 +32,35 @@ class ServerConfig:
     voices_dir: Path = field(default_factory=lambda: Path("voices"))
     voices_db: str | None = None  # postgresql://... : a voice library shared by replicas
     asr_model: str | None = None
-    max_queue: int = 256
+    # ---- limits (defaults documented in README.md and docs/protocol.md "Limits") ----
+    max_queue: int = 256  # accepted requests not yet ended, server-wide; beyond: busy / 503
     max_text_chars: int = 5000
     max_inflight_per_connection: int = 16
+    max_frame_bytes: int = 16 * 1024 * 1024  # one WebSocket frame; over it: close 1009
+    max_reference_bytes: int = 16 * 1024 * 1024  # one reference audio file (upload or base64)
+    max_reference_seconds: float = 60.0
+    max_voices: int = 1000  # voices in the library
+    max_voices_bytes: int = 256 * 1024 * 1024  # stored voice data, all voices together
+    idle_timeout: float = 300.0  # s without a frame or a request in flight: close (0: never)
+    drain_seconds: float = 30.0  # on SIGTERM/SIGINT: time in-flight requests get to finish
+    # ---- access ----
+    # WebSocket and browser Origins allowed besides the server's own; "*" allows any
+    allowed_origins: tuple[str, ...] = ()
+    page_embeds_key: bool = False  # put the API key in the demo page (private deployments only)
     engine: EngineSettings = field(default_factory=EngineSettings)
     # set at boot: True when serving the auto-made random demo checkpoint
     demo_model: bool = False
     model_name: str = ""
+
+    @property
+    def page_api_key(self) -> str | None:
+        """The key the demo page embeds: only with `page_embeds_key`."""
+        return self.api_key if self.page_embeds_key and self.api_key else None
+
+    @property
+    def max_body_bytes(self) -> int:
+        """An HTTP request body: a reference upload plus room for its form fields."""
+        return self.max_reference_bytes + 1024 * 1024
 
     @classmethod
     def from_env(cls) -> "ServerConfig":
@@ -48,4 +70,12 @@ class ServerConfig:
         if voices := _env("CHORUS_VOICES_DIR"):
             cfg.voices_dir = Path(voices)
         cfg.voices_db = _env("CHORUS_VOICES_DB")
+        if origins := _env("CHORUS_ALLOWED_ORIGINS"):
+            cfg.allowed_origins = parse_origins(origins)
+        cfg.page_embeds_key = (_env("CHORUS_PAGE_EMBEDS_KEY", "") or "").lower() in ("1", "true", "yes")
         return cfg
+
+
+def parse_origins(text: str) -> tuple[str, ...]:
+    """`https://a.example, http://localhost:3000` -> normalised origins (`*`: any)."""
+    return tuple(o.strip().rstrip("/").lower() for o in text.split(",") if o.strip())

@@ -1,9 +1,20 @@
-"""Boot: resolve the model, build the app, bind, and announce the address once ready."""
+"""Boot: resolve the model, build the app, bind, and announce the address once ready;
+on SIGTERM/SIGINT, drain before stopping.
+
+uvicorn's own signal handling would close every WebSocket (1012) before the app hears of
+the shutdown, then re-raise the signal (exit status 143). Chorus takes the signals itself:
+the first one drains the app (`server.app.drain`: not ready, no new work, in-flight
+requests finish up to `--drain-seconds`, the rest are cancelled and told so) and only then
+lets uvicorn stop; a second one cuts the drain short; a third stops at once. The process
+exits with status 0.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import signal
 import socket
 
 import uvicorn
@@ -50,19 +61,71 @@ async def _announce_when_started(server: uvicorn.Server, host: str, port: int) -
     print(f"Chorus listening on http://{shown}:{port}", flush=True)
 
 
+class _Server(uvicorn.Server):
+    """uvicorn, minus its signal handling (Chorus drains first; see the module doc)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self):
+        yield
+
+
+class _Shutdown:
+    """What SIGTERM/SIGINT do: drain once, hurry on the second, force on the third."""
+
+    def __init__(self, server: uvicorn.Server, app, drain_seconds: float):
+        self.server = server
+        self.app = app
+        self.drain_seconds = drain_seconds
+        self.hurry = asyncio.Event()
+        self.signals = 0
+        self.task: asyncio.Task | None = None
+
+    def on_signal(self, sig: signal.Signals) -> None:
+        self.signals += 1
+        if self.signals == 1:
+            log.info("%s: shutting down (draining up to %.0f s; send it again to cancel what is left now)",
+                     sig.name, self.drain_seconds)
+            self.task = asyncio.get_running_loop().create_task(self._drain())
+        elif self.signals == 2:
+            log.warning("%s again: cancelling what is left", sig.name)
+            self.hurry.set()
+        else:
+            log.warning("%s a third time: stopping now", sig.name)
+            self.server.force_exit = True
+            self.server.should_exit = True
+
+    async def _drain(self) -> None:
+        from server.app import drain
+
+        try:
+            await drain(self.app, self.drain_seconds, self.hurry)
+        except Exception:  # noqa: BLE001 - stop anyway
+            log.exception("draining failed")
+        finally:
+            self.server.should_exit = True
+
+
 async def _serve_async(cfg: ServerConfig, sock: socket.socket) -> None:
     from server.app import create_app
 
     app = create_app(cfg)
-    uv_config = uvicorn.Config(app, log_level="warning", lifespan="on", ws_max_size=16 * 1024 * 1024,
+    uv_config = uvicorn.Config(app, log_level="warning", lifespan="on", ws_max_size=cfg.max_frame_bytes,
                                timeout_graceful_shutdown=30)
-    server = uvicorn.Server(uv_config)
+    server = _Server(uv_config)
+    shutdown = _Shutdown(server, app, cfg.drain_seconds)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, shutdown.on_signal, sig)
     port = sock.getsockname()[1]
     announcer = asyncio.create_task(_announce_when_started(server, cfg.host, port))
     try:
         await server.serve(sockets=[sock])
     finally:
         announcer.cancel()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        if shutdown.task is not None and not shutdown.task.done():
+            shutdown.task.cancel()
 
 
 def serve(cfg: ServerConfig) -> int:
@@ -73,4 +136,5 @@ def serve(cfg: ServerConfig) -> int:
     resolve_model(cfg)
     sock = bind_socket(cfg.host, cfg.port)
     asyncio.run(_serve_async(cfg, sock))
+    log.info("stopped")
     return 0

@@ -18,7 +18,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
-from server.audio_io import AudioError, DecodedAudio, decode_base64_audio
+from server.audio_io import AudioError, AudioLimits, DecodedAudio, decode_base64_audio, decode_in_thread
 from server.engine.types import (
     Accepted,
     ChunkAudio,
@@ -30,13 +30,14 @@ from server.engine.types import (
     VoicePrompt,
 )
 from server.metrics import Metrics
-from server.voices import VoiceInfo, VoiceStore
+from server.voices import LibraryFull, VoiceInfo, VoiceStore
 
 log = logging.getLogger("chorus.service")
 
 # Codes an engine may reject with that the protocol knows; anything else is invalid_request.
 _ENGINE_CODES = {"invalid_request", "duplicate_id", "text_too_long", "busy", "voice_not_found"}
 VOICE_CACHE_SIZE = 64
+SHUTTING_DOWN = "the server is shutting down; try again later or another replica"
 
 
 class ServiceError(Exception):
@@ -97,13 +98,17 @@ class _Job:
 
 class SynthesisService:
     def __init__(self, engine: Engine, voices: VoiceStore, metrics: Metrics, *,
-                 max_queue: int, asr_available: bool = False):
+                 max_queue: int, asr_available: bool = False, audio_limits: AudioLimits = AudioLimits()):
         self.engine = engine
         self.voices = voices
         self.metrics = metrics
         self.max_queue = max_queue
         self.asr_available = asr_available
+        self.audio_limits = audio_limits
+        self.draining = False
         self._jobs: dict[str, _Job] = {}
+        self._idle = asyncio.Event()
+        self._idle.set()
         self._voice_cache: OrderedDict[str, VoicePrompt] = OrderedDict()
 
     @property
@@ -128,6 +133,9 @@ class SynthesisService:
     def submit(self, request: SynthesisRequest, deliver: Deliver, endpoint: str) -> Accepted:
         """Queue `request`; `deliver` then gets, on this event loop: progress, audio in text
         order, and exactly one `Finished`, last. Raises `ServiceError` for a request refused."""
+        if self.draining:
+            self.reject(endpoint, "busy")
+            raise ServiceError("busy", SHUTTING_DOWN)
         if len(self._jobs) >= self.max_queue:
             self.reject(endpoint, "busy")
             raise ServiceError("busy", f"the server has {self.max_queue} requests queued; try again later")
@@ -144,6 +152,7 @@ class SynthesisService:
             self.reject(endpoint, code)
             raise ServiceError(code, str(exc)) from None
         self._jobs[request.request_id] = job
+        self._idle.clear()
         self.metrics.inflight_requests.set(len(self._jobs))
         log.info("accepted", extra={"request_id": request.request_id, "chunks": accepted.chunks,
                                     "stream": request.stream, "voice": request.voice is not None})
@@ -152,6 +161,31 @@ class SynthesisService:
     def cancel(self, request_id: str) -> None:
         if request_id in self._jobs:
             self.engine.cancel(request_id)
+
+    # ---- shutdown -----------------------------------------------------------------------
+
+    def start_draining(self) -> None:
+        """Take no new work (new requests and voice uploads get `busy`); what is in flight goes on."""
+        self.draining = True
+
+    def cancel_all(self) -> int:
+        """Cancel every request in flight (each ends with `cancelled` at its next step)."""
+        for request_id in list(self._jobs):
+            self.engine.cancel(request_id)
+        return len(self._jobs)
+
+    async def wait_idle(self, timeout: float, hurry: asyncio.Event | None = None) -> bool:
+        """Wait until no accepted request is in flight, up to `timeout` s or until `hurry`
+        is set; True when none is left."""
+        waits = [asyncio.ensure_future(self._idle.wait())]
+        if hurry is not None:
+            waits.append(asyncio.ensure_future(hurry.wait()))
+        try:
+            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+        return not self._jobs
 
     def reject(self, endpoint: str, code: str) -> None:
         """Count a request refused before it reached an engine."""
@@ -166,6 +200,8 @@ class SynthesisService:
         if finished is None:
             return
         self._jobs.pop(job.request_id, None)
+        if not self._jobs:
+            self._idle.set()
         self.metrics.inflight_requests.set(len(self._jobs))
         self.metrics.finished(job.endpoint, finished.outcome, finished.audio_seconds, finished.first_audio_ms)
         extra = {"request_id": job.request_id, "outcome": finished.outcome,
@@ -185,8 +221,11 @@ class SynthesisService:
             return await self.library_voice(voice_id)
         if reference_audio is None:
             return None
+        if self.draining:
+            raise ServiceError("busy", SHUTTING_DOWN)
         try:
-            audio = await asyncio.to_thread(decode_base64_audio, reference_audio, "reference.audio")
+            audio = await decode_in_thread(decode_base64_audio, reference_audio, "reference.audio",
+                                           self.audio_limits, what="reference.audio", limits=self.audio_limits)
         except AudioError as exc:
             raise ServiceError("invalid_request", str(exc)) from None
         return await self.encode_voice(audio, reference_text, prefix="reference.")
@@ -213,11 +252,14 @@ class SynthesisService:
         if text is None and not self.asr_available:
             raise ServiceError("invalid_request", f"{prefix}text: a transcript is required "
                                "(this server runs without --asr-model)")
+        if self.draining:
+            raise ServiceError("busy", SHUTTING_DOWN)
         future = self.engine.encode_voice(audio.samples, audio.sample_rate, text)
         try:
             return await asyncio.wrap_future(future)
         except RequestRejected as exc:
-            raise ServiceError("invalid_request", f"{prefix}{exc}") from None
+            code = exc.code if exc.code == "busy" else "invalid_request"
+            raise ServiceError(code, f"{prefix}{exc}" if code == "invalid_request" else str(exc)) from None
 
     async def add_voice(self, audio: DecodedAudio, text: str | None, name: str | None) -> VoiceInfo:
         """Encode an uploaded clip once and store it in the library."""
@@ -226,7 +268,10 @@ class SynthesisService:
         prompt = await self.encode_voice(audio, text)
         blob = await asyncio.to_thread(voice_to_bytes, prompt)
         seconds = prompt.num_frames / self.engines[0].frame_rate
-        info = await asyncio.to_thread(self.voices.add, name, prompt.text, seconds, blob)
+        try:
+            info = await asyncio.to_thread(self.voices.add, name, prompt.text, seconds, blob)
+        except LibraryFull as exc:
+            raise ServiceError("invalid_request", str(exc)) from None
         log.info("voice added", extra={"voice": info.id, "seconds": info.seconds})
         return info
 

@@ -2,7 +2,9 @@
 
 Voices are stored already encoded (the codec runs once, at upload), as the opaque bytes
 the engine's `voice_codec` makes, so this module never touches torch. Ids are made here
-and checked on every lookup, so no id can name a path outside the folder.
+and checked on every lookup, so no id can name a path outside the folder. A library holds
+at most `max_voices` voices and `max_bytes` of stored voice data (`--max-voices`,
+`--max-voices-bytes`); an upload beyond either is refused with `LibraryFull`.
 """
 
 from __future__ import annotations
@@ -30,6 +32,21 @@ CREATE TABLE IF NOT EXISTS voices (
 """
 
 
+class LibraryFull(Exception):
+    """The library is at its voice count or storage limit; the message is for the client."""
+
+
+def check_room(count: int, stored_bytes: int, new_bytes: int, max_voices: int | None,
+               max_bytes: int | None) -> None:
+    """Raise `LibraryFull` when one more voice of `new_bytes` would pass a limit."""
+    if max_voices is not None and count >= max_voices:
+        raise LibraryFull(f"voices: the library is full ({count} voices, the limit is {max_voices}); "
+                          "delete one first")
+    if max_bytes is not None and stored_bytes + new_bytes > max_bytes:
+        raise LibraryFull(f"voices: the library is full ({stored_bytes} bytes stored, the limit is "
+                          f"{max_bytes}); delete a voice first")
+
+
 class VoiceInfo(msgspec.Struct, frozen=True):
     """What clients see of a voice (`POST/GET /v1/voices`)."""
 
@@ -49,6 +66,8 @@ def slug(name: str) -> str:
 @dataclass
 class VoiceStore:
     root: Path
+    max_voices: int | None = None
+    max_bytes: int | None = None
 
     def __post_init__(self) -> None:
         self.root = Path(self.root)
@@ -73,6 +92,8 @@ class VoiceStore:
         """Store an encoded voice: the token file first (atomically), then its index row."""
         base = slug(name or "voice")
         with self._lock:
+            count = self._db.execute("SELECT count(*) FROM voices").fetchone()[0]
+            check_room(count, self._stored_bytes(), len(blob), self.max_voices, self.max_bytes)
             while True:
                 voice_id = f"{base}-{secrets.token_hex(4)}"
                 if self._db.execute("SELECT 1 FROM voices WHERE id = ?", (voice_id,)).fetchone() is None:
@@ -86,6 +107,14 @@ class VoiceStore:
             self._db.execute("INSERT INTO voices VALUES (?, ?, ?, ?, ?)",
                              (info.id, info.name, info.text, info.seconds, info.created_at))
         return info
+
+    def _stored_bytes(self) -> int:
+        total = 0
+        with os.scandir(self._tokens) as entries:
+            for entry in entries:
+                if entry.is_file():
+                    total += entry.stat().st_size
+        return total
 
     def get(self, voice_id: str) -> VoiceInfo | None:
         if self._path(voice_id) is None:
@@ -119,11 +148,12 @@ class VoiceStore:
         return gone
 
 
-def open_voice_library(voices_dir: Path, voices_db: str | None = None):
+def open_voice_library(voices_dir: Path, voices_db: str | None = None, *, max_voices: int | None = None,
+                       max_bytes: int | None = None):
     """The configured library: PostgreSQL when a DSN is given (shared by replicas), else
-    the embedded SQLite + token files in `voices_dir`. Both have the same methods."""
+    the embedded SQLite + token files in `voices_dir`. Both have the same methods and limits."""
     if voices_db:
         from server.voices_pg import PostgresVoiceStore
 
-        return PostgresVoiceStore(voices_db)
-    return VoiceStore(voices_dir)
+        return PostgresVoiceStore(voices_db, max_voices=max_voices, max_bytes=max_bytes)
+    return VoiceStore(voices_dir, max_voices=max_voices, max_bytes=max_bytes)

@@ -2,7 +2,9 @@
 
 Same contract as the embedded `VoiceStore` (SQLite + token files), but the encoded voice
 lives in the row itself (`bytea`), so no replica needs a shared disk. Ids are made and
-checked exactly as in the embedded store.
+checked exactly as in the embedded store, and so are the limits: the count and the stored
+bytes are checked and the row inserted in one transaction that holds an advisory lock, so
+replicas adding at once cannot pass a limit together.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import secrets
 import threading
 import time
 
-from server.voices import VOICE_ID, VoiceInfo, slug
+from server.voices import VOICE_ID, VoiceInfo, check_room, slug
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS chorus_voices (
@@ -24,12 +26,15 @@ CREATE TABLE IF NOT EXISTS chorus_voices (
 )
 """
 _COLUMNS = "id, name, text, seconds, created_at"
+_ADD_LOCK = 0x63686F7275730001  # pg_advisory_xact_lock key: serialises adds across replicas
 
 
 class PostgresVoiceStore:
-    def __init__(self, dsn: str):
+    def __init__(self, dsn: str, *, max_voices: int | None = None, max_bytes: int | None = None):
         import psycopg
 
+        self.max_voices = max_voices
+        self.max_bytes = max_bytes
         self._conn = psycopg.connect(dsn, autocommit=True)
         self._lock = threading.Lock()
         with self._lock:
@@ -41,7 +46,11 @@ class PostgresVoiceStore:
 
     def add(self, name: str | None, text: str, seconds: float, blob: bytes) -> VoiceInfo:
         base = slug(name or "voice")
-        with self._lock:
+        with self._lock, self._conn.transaction():
+            self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (_ADD_LOCK,))
+            count, stored = self._conn.execute(
+                "SELECT count(*), coalesce(sum(octet_length(blob)), 0) FROM chorus_voices").fetchone()
+            check_room(int(count), int(stored), len(blob), self.max_voices, self.max_bytes)
             while True:
                 voice_id = f"{base}-{secrets.token_hex(4)}"
                 info = VoiceInfo(voice_id, name or voice_id, text, round(float(seconds), 3), int(time.time()))

@@ -97,3 +97,48 @@ def test_two_replicas_share_one_library(dsn, tiny_checkpoint, tmp_path, referenc
     finally:
         a.stop()
         b.stop()
+
+
+def test_limits_hold_across_replicas(dsn):
+    """Count and storage limits, checked and enforced in one transaction: two replicas
+    adding at once cannot pass the count limit together."""
+    import threading
+
+    from server.voices import LibraryFull
+    from server.voices_pg import PostgresVoiceStore
+
+    probe = PostgresVoiceStore(dsn)
+    start = len(probe.list())
+    stores = [PostgresVoiceStore(dsn, max_voices=start + 1) for _ in range(4)]
+    results: list = []
+
+    def add(store) -> None:
+        try:
+            results.append(store.add("racer", "Hi.", 1.0, b"v" * 10))
+        except LibraryFull as exc:
+            results.append(exc)
+
+    threads = [threading.Thread(target=add, args=(s,)) for s in stores]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        added = [r for r in results if not isinstance(r, Exception)]
+        assert len(added) == 1 and len(probe.list()) == start + 1
+        assert all(str(r).startswith("voices: the library is full") for r in results if isinstance(r, Exception))
+        stored = sum(len(probe.load(v.id) or b"") for v in probe.list())
+        tight = PostgresVoiceStore(dsn, max_bytes=stored + 5)
+        try:
+            with pytest.raises(LibraryFull, match="bytes stored"):
+                tight.add("big", "Hi.", 1.0, b"x" * 6)
+            extra = tight.add("fits", "Hi.", 1.0, b"x" * 5)
+            assert tight.delete(extra.id)
+        finally:
+            tight.close()
+        for voice in added:
+            assert probe.delete(voice.id)
+    finally:
+        for s in stores:
+            s.close()
+        probe.close()

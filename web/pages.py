@@ -34,8 +34,9 @@ def page_context(config: Any) -> dict[str, Any]:
     """What `index.html` needs to know before the WebSocket says `ready`.
 
     `config` is the server's `ServerConfig`; attributes it may not have yet are read with
-    defaults so the page keeps working while the config grows. A config may set
-    `page_api_key` to embed the key in the page (for a trusted, private deployment).
+    defaults so the page keeps working while the config grows. `page_api_key` is the API
+    key only when the server runs with `--page-embeds-key` (a trusted, private deployment);
+    otherwise the page asks for the key.
     """
     api_key = getattr(config, "api_key", None)
     page_api_key = getattr(config, "page_api_key", None) or None

@@ -1,31 +1,90 @@
-"""The optional API key: `Authorization: Bearer KEY` or `?api_key=KEY`."""
+"""Access: the optional API key, and which browser origins may use the API.
+
+The key (`--api-key` / `CHORUS_API_KEY`) is `Authorization: Bearer KEY` or `?api_key=KEY`,
+compared in constant time. It guards the WebSocket and every `/v1` HTTP route; `/healthz`,
+`/readyz`, `/metrics`, the demo page and its static files stay open (probes, scrapers, and
+a page that asks for the key).
+
+Origins: a browser names the page that opened a WebSocket or sent a request in its
+`Origin` header. By default only the server's own origin may (the Origin's host and port
+equal the `Host` header); `--allowed-origins` adds others, `*` allows any. Requests without
+an `Origin` (every non-browser client) are not affected.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import hmac
+from urllib.parse import urlsplit
 
 from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
 
 from server.api.errors import ApiError
 
+_DEFAULT_PORTS = {"http": "80", "https": "443", "ws": "80", "wss": "443"}
 
-def presented_key(connection: ASGIConnection) -> str | None:
+
+def _utf8(text: str) -> bytes:
+    return text.encode("utf-8", "surrogatepass")
+
+
+def presented_key(connection: ASGIConnection) -> bytes | None:
+    """The key's bytes as sent: a header's own bytes (headers arrive decoded as Latin-1),
+    or the UTF-8 of the percent-decoded `api_key` parameter."""
     header = connection.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() == "bearer" and token.strip():
-        return token.strip()
-    return connection.query_params.get("api_key")
+        return token.strip().encode("latin-1", "replace")
+    query = connection.query_params.get("api_key")
+    return _utf8(query) if query is not None else None
+
+
+def keys_match(given: str | bytes, expected: str | bytes) -> bool:
+    """Constant time, whatever the lengths: the digests are compared, not the keys."""
+    a = hashlib.sha256(given if isinstance(given, bytes) else _utf8(given)).digest()
+    b = hashlib.sha256(expected if isinstance(expected, bytes) else _utf8(expected)).digest()
+    return hmac.compare_digest(a, b)
 
 
 def is_authorized(connection: ASGIConnection, api_key: str | None) -> bool:
     if not api_key:
         return True
     given = presented_key(connection)
-    return given is not None and hmac.compare_digest(given.encode(), api_key.encode())
+    return given is not None and keys_match(given, api_key)
+
+
+def _host_port(netloc: str, scheme: str) -> str:
+    """`Example.com` / `example.com:80` -> `example.com:80` (default port filled in)."""
+    netloc = netloc.strip().lower().rsplit("@", 1)[-1]
+    if netloc.startswith("["):  # [ipv6]:port
+        host, _, rest = netloc.partition("]")
+        port = rest[1:] if rest.startswith(":") else ""
+        host += "]"
+    else:
+        host, _, port = netloc.partition(":")
+    return f"{host}:{port or _DEFAULT_PORTS.get(scheme, '')}"
+
+
+def origin_allowed(connection: ASGIConnection, allowed: tuple[str, ...] | list[str] = ()) -> bool:
+    origin = connection.headers.get("origin")
+    if origin is None:
+        return True  # not a browser
+    origin = origin.strip().rstrip("/").lower()
+    if "*" in allowed or origin in allowed:
+        return True
+    parts = urlsplit(origin)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        return False  # e.g. "null" (a sandboxed page or a file)
+    host = connection.headers.get("host")
+    return bool(host) and _host_port(parts.netloc, parts.scheme) == _host_port(host, parts.scheme)
 
 
 def require_api_key(connection: ASGIConnection, _: BaseRouteHandler) -> None:
-    """Litestar guard for the HTTP API routes."""
-    if not is_authorized(connection, connection.app.state.config.api_key):
+    """Litestar guard for the HTTP API routes: an allowed origin, and the key when one is set."""
+    config = connection.app.state.config
+    if not origin_allowed(connection, config.allowed_origins):
+        raise ApiError("unauthorized", "this page's origin may not use this server (see --allowed-origins)",
+                       status=403)
+    if not is_authorized(connection, config.api_key):
         raise ApiError("unauthorized", "a valid API key is required (Authorization: Bearer KEY)")

@@ -2,6 +2,7 @@
 
 Codes are the WebSocket's; the status follows from the code (or is given, e.g. 415).
 Litestar's own errors (unknown route, body too large, ...) are rewritten into the same shape.
+Every `busy` (503) carries `Retry-After`.
 """
 
 from __future__ import annotations
@@ -24,22 +25,27 @@ STATUS = {
     "busy": 503,
     "internal": 500,
 }
+RETRY_AFTER_S = 1  # a full queue drains in about a request's time
 
 
 class ApiError(Exception):
-    def __init__(self, code: str, message: str, status: int | None = None):
+    def __init__(self, code: str, message: str, status: int | None = None,
+                 headers: dict[str, str] | None = None):
         super().__init__(message)
         self.code = code
         self.message = message
         self.status = status or STATUS.get(code, 400)
+        self.headers = headers
 
 
 def error_response(code: str, message: str, status: int, headers: dict[str, str] | None = None) -> Response:
+    if status == 503 and not (headers and "Retry-After" in headers):
+        headers = {**(headers or {}), "Retry-After": str(RETRY_AFTER_S)}
     return Response({"error": {"code": code, "message": message}}, status_code=status, headers=headers)
 
 
 def api_error_handler(_: Request, exc: ApiError) -> Response:
-    return error_response(exc.code, exc.message, exc.status)
+    return error_response(exc.code, exc.message, exc.status, exc.headers)
 
 
 def http_exception_handler(request: Request, exc: HTTPException) -> Response:

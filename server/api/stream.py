@@ -4,7 +4,9 @@ A connection runs two loops: the reader parses frames and starts requests (each 
 own task, since resolving a voice may wait on an encode), and the writer sends frames
 from one outbox, so replies and engine events never interleave mid-frame and `accepted`
 always precedes a request's first event. A bad frame is answered with an `error` and
-nothing else changes; a disconnect cancels the connection's requests.
+nothing else changes; a disconnect cancels the connection's requests. A connection with
+nothing in flight that sends no frame for `--idle-timeout` seconds is closed (1000); on
+shutdown, once its requests have ended, it is closed with 1001.
 """
 
 from __future__ import annotations
@@ -12,12 +14,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import time
 from dataclasses import dataclass
 
 from litestar import WebSocket, websocket
 
 from server import protocol as p
-from server.api.auth import is_authorized
+from server.api.auth import is_authorized, origin_allowed
 from server.audio_io import encode_samples
 from server.config import ServerConfig
 from server.engine.types import Accepted, ChunkAudio, Finished, GenerationOptions, Progress, SynthesisRequest
@@ -51,37 +54,77 @@ class Connection:
         self.requests: dict[str, _Request] = {}
         self.outbox: asyncio.Queue[str | bytes | None] = asyncio.Queue()
         self.open = True
+        self.last_activity = time.monotonic()
 
     # ---- lifecycle ----------------------------------------------------------------------
 
-    async def serve(self) -> None:
+    async def serve(self, registry: set["Connection"]) -> None:
         await self.socket.accept()
+        if not origin_allowed(self.socket, self.cfg.allowed_origins):
+            await self._refuse_connection("this page's origin may not use this server (see --allowed-origins)")
+            return
         if not is_authorized(self.socket, self.cfg.api_key):
-            await self.socket.send_text(p.encode(p.ErrorMsg(None, "unauthorized", "a valid API key is required")))
-            await self.socket.close(code=1008, reason="unauthorized")
+            await self._refuse_connection("a valid API key is required")
             return
         log.info("connected", extra={"connection": self.prefix})
+        registry.add(self)
         self._send(p.Ready(
             model=self.service.model_name,
             sample_rate=self.service.sample_rate,
             limits=p.Limits(self.cfg.max_text_chars, self.cfg.max_inflight_per_connection),
         ))
         writer = asyncio.create_task(self._write())
+        watchdog = asyncio.create_task(self._watch_idle()) if self.cfg.idle_timeout > 0 else None
         try:
             await self._read()
         finally:
+            registry.discard(self)
             self.open = False
             for req in list(self.requests.values()):
                 self._cancel(req)
             self.outbox.put_nowait(None)
             writer.cancel()
+            if watchdog is not None:
+                watchdog.cancel()
             log.info("disconnected", extra={"connection": self.prefix, "cancelled": len(self.requests) or None})
+
+    async def _refuse_connection(self, message: str) -> None:
+        self.service.reject(ENDPOINT, "unauthorized")
+        await self.socket.send_text(p.encode(p.ErrorMsg(None, "unauthorized", message)))
+        await self.socket.close(code=1008, reason="unauthorized")
+
+    async def _watch_idle(self) -> None:
+        """Close the socket once it has had nothing in flight and sent no frame for the
+        idle timeout (a `ping` is a frame: clients keep a quiet connection with it)."""
+        timeout = self.cfg.idle_timeout
+        while self.open:
+            if self.requests:
+                self.last_activity = time.monotonic()
+            left = self.last_activity + timeout - time.monotonic()
+            if left <= 0 and not self.requests:
+                log.info("closing an idle connection", extra={"connection": self.prefix})
+                await self.close(1000, "idle timeout")
+                return
+            await asyncio.sleep(max(left, 0.05) if not self.requests else min(timeout, 1.0))
+
+    async def close(self, code: int, reason: str, flush_timeout: float = 5.0) -> None:
+        """Send what is queued (up to `flush_timeout` s), then close the socket."""
+        try:
+            await asyncio.wait_for(self.outbox.join(), flush_timeout)
+        except asyncio.TimeoutError:
+            pass
+        self.open = False
+        try:
+            await self.socket.close(code=code, reason=reason)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
 
     async def _read(self) -> None:
         while True:
             event = await self.socket.receive()
             if event["type"] != "websocket.receive":
                 return  # websocket.disconnect (closed, dropped, or a frame over the size limit)
+            self.last_activity = time.monotonic()
             text = event.get("text")
             if text is None:
                 self._error(None, "bad_message", "binary frames are not accepted; send JSON text frames")
@@ -89,15 +132,26 @@ class Connection:
             self._handle(text)
 
     async def _write(self) -> None:
-        while (frame := await self.outbox.get()) is not None:
+        while True:
+            frame = await self.outbox.get()
             try:
+                if frame is None:
+                    return
                 if isinstance(frame, bytes):
                     await self.socket.send_bytes(frame)
                 else:
                     await self.socket.send_text(frame)
             except Exception:  # noqa: BLE001 - the peer is gone; the reader will see it
                 self.open = False
+                self._discard_outbox()
                 return
+            finally:
+                self.outbox.task_done()
+
+    def _discard_outbox(self) -> None:
+        while not self.outbox.empty():
+            self.outbox.get_nowait()
+            self.outbox.task_done()
 
     # ---- frames in ----------------------------------------------------------------------
 
@@ -189,6 +243,7 @@ class Connection:
     def _end(self, req: _Request, message: p.ServerMessage) -> None:
         if self.requests.get(req.client_id) is req:
             del self.requests[req.client_id]
+        self.last_activity = time.monotonic()
         self._send(message)
 
     def _refuse(self, request_id: str | None, code: str, message: str) -> None:
@@ -210,4 +265,9 @@ class Connection:
 @websocket("/v1/stream")
 async def stream(socket: WebSocket) -> None:
     state = socket.app.state
-    await Connection(socket, state.service, state.config).serve()
+    await Connection(socket, state.service, state.config).serve(state.connections)
+
+
+async def close_all(connections: set[Connection], code: int = 1001, reason: str = "server shutting down") -> None:
+    """Shutdown: every open connection sends what it has queued, then closes."""
+    await asyncio.gather(*(c.close(code, reason) for c in list(connections)), return_exceptions=True)

@@ -10,9 +10,9 @@ from litestar.datastructures import UploadFile
 
 from server.api.auth import require_api_key
 from server.api.errors import ApiError
-from server.audio_io import AudioError, decode_audio
+from server.audio_io import AudioError, decode_audio, decode_in_thread
 from server.config import ServerConfig
-from server.service import ServiceError, SynthesisService
+from server.service import SHUTTING_DOWN, ServiceError, SynthesisService
 from server.voices import VoiceInfo
 
 MAX_NAME_CHARS = 100
@@ -33,6 +33,8 @@ def _form_text(form, name: str) -> str | None:
 
 @post("/v1/voices", guards=[require_api_key], status_code=201)
 async def create_voice(request: Request, service: SynthesisService, config: ServerConfig) -> VoiceInfo:
+    if service.draining:
+        raise ApiError("busy", SHUTTING_DOWN)
     if request.content_type[0] != "multipart/form-data":
         raise ApiError("invalid_request", "send multipart/form-data: an `audio` file (wav, flac, ogg or mp3), "
                        "its `text` transcript, and optionally a `name`", status=415)
@@ -46,8 +48,9 @@ async def create_voice(request: Request, service: SynthesisService, config: Serv
     if name is not None and (not name.strip() or len(name) > MAX_NAME_CHARS):
         raise ApiError("invalid_request", f"name: must be 1..{MAX_NAME_CHARS} characters")
     data = await upload.read()
+    limits = service.audio_limits
     try:
-        audio = await asyncio.to_thread(decode_audio, data, "audio")
+        audio = await decode_in_thread(decode_audio, data, "audio", limits, what="audio", limits=limits)
     except AudioError as exc:
         raise ApiError("invalid_request", str(exc), status=415 if exc.unsupported else 422) from None
     try:

@@ -173,6 +173,7 @@ class EngineLoop:
         self._stopping = threading.Event()
         self._inflight: deque[_InFlightStep] = deque()
         self._accepting = True
+        self._closed = False  # the thread has exited: queued commands would never run
         self._oom_cap: int | None = None  # packed tokens per forward after an out-of-memory error
         self._clean_steps = 0
         self.ready = False
@@ -248,11 +249,13 @@ class EngineLoop:
                     field="text",
                 )
         with self._lock:
+            if self._closed:
+                raise RequestRejected("the server is shutting down; try another replica or later", code="busy")
             if request.request_id in self._live_ids:
                 raise RequestRejected(f"id: {request.request_id!r} is already in flight", field="id",
                                       code="duplicate_id")
             self._live_ids.add(request.request_id)
-        self._commands.put(_Submit(state))
+            self._commands.put(_Submit(state))  # under the lock: the thread drains once more as it exits
         return Accepted(request.request_id, state.num_chunks,
                         [round(c.target_len / self.frame_rate, 3) for c in plan.chunks])
 
@@ -261,7 +264,11 @@ class EngineLoop:
 
     def encode_voice(self, audio: np.ndarray, sample_rate: int, text: str | None) -> Future:
         future: Future = Future()
-        self._commands.put(_EncodeVoice(audio, sample_rate, text, future))
+        with self._lock:  # once the thread has exited, nothing would ever run the command
+            if self._closed:
+                future.set_exception(RequestRejected("the server is shutting down; try again later", code="busy"))
+                return future
+            self._commands.put(_EncodeVoice(audio, sample_rate, text, future))
         return future
 
     def stats(self) -> EngineStats:
@@ -295,6 +302,8 @@ class EngineLoop:
             if len(self.scheduler):
                 self._step()
         self._settle_all()
+        with self._lock:
+            self._closed = True
         self._drain_commands(block=False)
         for state in list(self._states.values()):
             self._finish(state, "cancelled", "the server is shutting down")

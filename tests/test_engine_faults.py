@@ -1,0 +1,114 @@
+"""Engine failures as clients see them: the real app and a real engine (tiny checkpoint)
+whose forward pass fails on chosen requests. A failure tied to one request ends that
+request alone with `internal` (WebSocket) or 500 `internal` (HTTP); out-of-memory steps
+are retried smaller and nobody notices; the connection and the engine carry on."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from litestar.testing import TestClient
+
+from server import protocol as p
+from server.app import create_app
+from server.config import EngineSettings, ServerConfig
+from server.engine.loop import EngineLoop
+
+
+class Faults:
+    """Which items the forward pass fails on (by request id)."""
+
+    def __init__(self) -> None:
+        self.http = False  # fail HTTP requests (ids `h1`, `h2`, ...)
+        self.oom_left = 0  # raise CUDA-style out-of-memory on this many multi-item forwards
+
+    def fails(self, request_id: str) -> bool:
+        return request_id.endswith("/bad") or (self.http and request_id.startswith("h"))
+
+
+@pytest.fixture(scope="module")
+def faulty(tiny_checkpoint, tmp_path_factory):
+    from server.checkpoint import load_omnivoice
+
+    engine = EngineLoop(load_omnivoice(str(tiny_checkpoint), "cpu", "float32"), EngineSettings())
+    faults = Faults()
+    real_forward = engine.backbone.forward
+
+    @torch.inference_mode()
+    def forward(canvas):
+        ids = [item.item_id.split("#")[0] for item in canvas.items]
+        if any(faults.fails(i) for i in ids):
+            raise RuntimeError("simulated failure tied to one item")
+        if faults.oom_left and len(ids) > 1:
+            faults.oom_left -= 1
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        logits = real_forward(canvas)
+        for index, rid in enumerate(ids):
+            if rid.endswith("/nan"):
+                start = canvas.cond_offsets[index]
+                logits[start : start + 2] = float("nan")
+        return logits
+
+    engine.backbone = forward
+    engine.start()
+    cfg = ServerConfig(voices_dir=tmp_path_factory.mktemp("voices"), model_name="tiny")
+    with TestClient(create_app(cfg, engine=engine)) as client:
+        yield client, faults
+    engine.stop()
+
+
+def run_ws(client: TestClient, requests: dict[str, dict]) -> dict[str, dict]:
+    """Send every request on one socket; return each one's end frame (and a pong after)."""
+    with client.websocket_connect("/v1/stream") as ws:
+        assert ws.receive_json()["type"] == "ready"
+        for rid, fields in requests.items():
+            ws.send_text(json.dumps({"type": "synthesize", "id": rid, "progress": False, **fields}))
+        ends: dict[str, dict] = {}
+        while len(ends) < len(requests):
+            message = ws.receive()
+            if message.get("bytes"):
+                header, _ = p.split_audio_frame(message["bytes"])
+                assert header["id"] not in ends
+                continue
+            frame = json.loads(message["text"])
+            if frame["type"] in ("done", "error", "cancelled"):
+                assert frame["id"] not in ends, f"two ends for {frame['id']}"
+                ends[frame["id"]] = frame
+        ws.send_text('{"type": "ping"}')
+        assert ws.receive_json() == {"type": "pong"}  # the connection lives on
+    return ends
+
+
+def test_a_failing_request_gets_internal_and_the_rest_finish(faulty):
+    client, _ = faulty
+    opts = {"options": {"num_step": 4}}
+    ends = run_ws(client, {"good1": {"text": "First sentence.", **opts}, "bad": {"text": "Fails.", **opts},
+                           "nan": {"text": "Non-finite.", **opts}, "good2": {"text": "Second one.", **opts}})
+    assert ends["bad"]["code"] == "internal" and "engine failed on this request" in ends["bad"]["message"]
+    assert ends["nan"]["code"] == "internal" and "non-finite" in ends["nan"]["message"]
+    assert ends["good1"]["type"] == "done" and ends["good2"]["type"] == "done"
+    # the engine still serves
+    assert run_ws(client, {"after": {"text": "Still here.", **opts}})["after"]["type"] == "done"
+
+
+def test_http_engine_failure_is_500_internal(faulty):
+    client, faults = faulty
+    faults.http = True
+    try:
+        r = client.post("/v1/audio/speech", json={"input": "Fails.", "num_step": 3})
+    finally:
+        faults.http = False
+    assert r.status_code == 500
+    assert r.json()["error"]["code"] == "internal" and "engine failed" in r.json()["error"]["message"]
+    assert client.post("/v1/audio/speech", json={"input": "Works.", "num_step": 3}).status_code == 200
+
+
+def test_out_of_memory_steps_are_retried_smaller(faulty):
+    client, faults = faulty
+    faults.oom_left = 3
+    opts = {"options": {"num_step": 4}}
+    ends = run_ws(client, {f"r{i}": {"text": f"Sentence number {i}.", **opts} for i in range(4)})
+    assert faults.oom_left == 0  # the out-of-memory errors did happen
+    assert {e["type"] for e in ends.values()} == {"done"}, ends
