@@ -4,13 +4,19 @@ Per item this is `_predict_tokens_with_scoring` + the selection loop of
 `_generate_iterative`: CFG log-softmax mix (or the conditional alone at guidance 0),
 MASK excluded, greedy or top-10% Gumbel class sampling, confidence minus the codebook
 layer penalty, Gumbel position noise, top-k over still-masked positions with k from the
-item's own schedule. Everything that has no per-item randomness is done once for all
-rows; random draws come from each item's own generator so a seeded request's tokens do
-not depend on its neighbours.
+item's own schedule.
+
+All of it runs once for every row of the step: the per-item parts (guidance, penalty,
+temperature, k) become per-row values, and the top-k runs over a padded (items, C x Tmax)
+score table. Only random draws stay per item, from each item's own generator, so a
+seeded request's tokens do not depend on its neighbours.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -19,17 +25,59 @@ from server.engine.request import Utterance
 from server.engine.upstream_names import filter_top_k
 
 
-def _gumbel(scores: torch.Tensor, temperature: float, generator: torch.Generator) -> torch.Tensor:
-    """The reference's `_gumbel_sample`, drawing from `generator`."""
-    u = torch.rand(scores.shape, generator=generator, device=scores.device, dtype=scores.dtype)
-    return scores / temperature + -torch.log(-torch.log(u + 1e-10) + 1e-10)
+def _gumbel(u: torch.Tensor) -> torch.Tensor:
+    """The reference's `_gumbel_sample` noise from uniform draws `u`."""
+    return -torch.log(-torch.log(u + 1e-10) + 1e-10)
+
+
+def _uniform(shape, generator: torch.Generator, device: torch.device) -> torch.Tensor:
+    return torch.rand(shape, generator=generator, device=device, dtype=torch.float32)
+
+
+def _to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    tensor = torch.from_numpy(array)
+    return tensor if device.type == "cpu" else tensor.pin_memory().to(device, non_blocking=True)
+
+
+@dataclass
+class _StepLayout:
+    """Host-built index arrays of one step (copied to the device once)."""
+
+    row_item: torch.Tensor  # (rows,) item of each conditional target row
+    row_pos: torch.Tensor  # (rows,) position of the row within its item's target
+    row_penalty: torch.Tensor  # (rows, 1) layer penalty factor
+    row_temp: torch.Tensor  # (rows, 1) position temperature (1 where none: x / 1 == x)
+    k_host: list[int]
+    k_max: int
+    t_max: int
 
 
 class Sampler:
     def __init__(self, mask_id: int, num_codebooks: int, device: torch.device):
         self.mask_id = mask_id
         self.device = device
+        self.num_codebooks = num_codebooks
         self.layer_ids = torch.arange(num_codebooks, device=device, dtype=torch.float32)
+
+    def _layout(self, canvas: PackedCanvas, utts: list[Utterance]) -> _StepLayout:
+        lengths = np.array([item.target_len for item in canvas.items], dtype=np.int64)
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        rows = int(lengths.sum())
+        row_item = np.repeat(np.arange(len(lengths)), lengths)
+        row_pos = np.arange(rows) - np.repeat(starts, lengths)
+        penalty = np.array([u.options.layer_penalty_factor for u in utts], dtype=np.float32)
+        temps = np.array([u.options.position_temperature for u in utts], dtype=np.float32)
+        temps = np.where(temps > 0, temps, 1.0).astype(np.float32)
+        k_host = [u.schedule[u.step] for u in utts]
+        return _StepLayout(
+            row_item=_to_device(row_item, self.device),
+            row_pos=_to_device(row_pos, self.device),
+            row_penalty=_to_device(np.repeat(penalty, lengths)[:, None], self.device),
+            row_temp=_to_device(np.repeat(temps, lengths)[:, None], self.device),
+            k_host=k_host,
+            k_max=max(k_host, default=0),
+            t_max=int(lengths.max()) if len(lengths) else 0,
+        )
 
     @torch.inference_mode()
     def step(self, logits: torch.Tensor, canvas: PackedCanvas, utts: list[Utterance]) -> torch.Tensor:
@@ -40,7 +88,10 @@ class Sampler:
         for the GPU; the loop reads it once the step has finished.
         """
         items = canvas.items
+        layout = self._layout(canvas, utts)
+        n_items, c = len(items), self.num_codebooks
         n_cond = sum(item.target_len for item in items)
+
         log_probs = F.log_softmax(logits[:n_cond], dim=-1)
         cfg = [i for i, item in enumerate(items) if item.does_cfg]
         if cfg:
@@ -57,30 +108,42 @@ class Sampler:
         log_probs[..., self.mask_id] = -float("inf")
         confidence = log_probs.max(dim=-1).values  # (rows, C)
         predicted = log_probs.argmax(dim=-1)
-
-        # Compute every item's picks first and write them last, so a failure part-way
-        # leaves all canvases untouched and the step can be retried with fewer items.
-        writes: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         finite_rows = torch.isfinite(confidence).all(dim=-1)
-        finite_items: list[torch.Tensor] = []
+
+        # per-item random parts: class sampling (rare) and position noise (default on)
+        noise_parts: list[torch.Tensor] = []
         for i, (item, utt) in enumerate(zip(items, utts)):
             start, t_len = canvas.cond_offsets[i], item.target_len
-            finite_items.append(finite_rows[start : start + t_len].all())
-            k = utt.schedule[utt.step]
-            if k <= 0:
-                continue
             opts = utt.options
-            pred = predicted[start : start + t_len]  # (T, C)
             if opts.class_temperature > 0:
                 filtered = filter_top_k(log_probs[start : start + t_len], ratio=0.1)
-                pred = _gumbel(filtered, opts.class_temperature, utt.generator).argmax(dim=-1)
-            scores = (confidence[start : start + t_len] - self.layer_ids * opts.layer_penalty_factor).t()
+                noisy = filtered / opts.class_temperature + _gumbel(_uniform(filtered.shape, utt.generator, self.device))
+                predicted[start : start + t_len] = noisy.argmax(dim=-1)
             if opts.position_temperature > 0:
-                scores = _gumbel(scores.contiguous(), opts.position_temperature, utt.generator)
-            tokens = item.tokens  # (C, T)
-            scores = scores.masked_fill(tokens != self.mask_id, -float("inf"))
-            chosen = torch.topk(scores.flatten(), k).indices
-            writes.append((tokens.view(-1), chosen, pred.t().flatten()[chosen]))
-        for flat, chosen, values in writes:
-            flat[chosen] = values
-        return torch.stack(finite_items)
+                # drawn as the reference does, (C, T), then laid out by rows
+                noise_parts.append(_uniform((c, t_len), utt.generator, self.device).t())
+            else:
+                noise_parts.append(torch.full((t_len, c), -1.0, device=self.device))  # marks "no noise"
+        uniform = torch.cat(noise_parts)
+        noise = torch.where(uniform >= 0, _gumbel(uniform.clamp(min=0)), 0.0)
+        scores = (confidence - self.layer_ids * layout.row_penalty) / layout.row_temp + noise
+
+        # one top-k for every item over a padded (items, C, Tmax) table; revealed -> -inf
+        tokens = torch.cat([item.tokens for item in items], dim=1)  # (C, rows)
+        scores = scores.masked_fill(tokens.t() != self.mask_id, -float("inf"))
+        table = torch.full((n_items, layout.t_max, c), -float("inf"), device=self.device)
+        table[layout.row_item, layout.row_pos] = scores
+        flat = table.transpose(1, 2).reshape(n_items, c * layout.t_max)
+        chosen = torch.topk(flat, layout.k_max, dim=1).indices  # (items, k_max), best first
+        codebook, position = chosen // layout.t_max, chosen % layout.t_max
+        table_pred = torch.zeros((n_items, layout.t_max, c), dtype=predicted.dtype, device=self.device)
+        table_pred[layout.row_item, layout.row_pos] = predicted
+        values = table_pred[torch.arange(n_items, device=self.device).unsqueeze(1), position, codebook]
+
+        finite = torch.ones((n_items, layout.t_max), dtype=torch.bool, device=self.device)
+        finite[layout.row_item, layout.row_pos] = finite_rows
+        # every write after every read: a failure above leaves all canvases untouched
+        for i, (item, k) in enumerate(zip(items, layout.k_host)):
+            if k > 0:  # topk is sorted: an item's best k are its first k picks
+                item.tokens.index_put_((codebook[i, :k], position[i, :k]), values[i, :k])
+        return finite.all(dim=1)
