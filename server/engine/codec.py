@@ -28,11 +28,7 @@ class Codec:
 
     def post_process(self, audio: np.ndarray, ref_rms: float | None, postprocess: bool) -> np.ndarray:
         """The reference's `_post_process_audio` (silence removal, loudness, fade and pad)."""
-        from omnivoice.models.omnivoice import OmniVoiceGenerationConfig
-
-        config = OmniVoiceGenerationConfig(postprocess_output=postprocess)
-        out = self.model._post_process_audio(audio, ref_rms=ref_rms, gen_config=config)
-        return np.ascontiguousarray(out.squeeze(0), dtype=np.float32)
+        return post_process(audio, ref_rms, postprocess, self.sample_rate)
 
     def join(self, chunks: list[np.ndarray]) -> np.ndarray:
         """Chunks cross-faded exactly as the reference joins long text."""
@@ -53,3 +49,23 @@ class Codec:
             raise RequestRejected(f"audio: {exc}", field="audio") from exc
         return VoicePrompt(tokens=prompt.ref_audio_tokens.detach().cpu(), text=prompt.ref_text,
                            rms=float(prompt.ref_rms))
+
+
+# ---- plain functions, so worker processes can run them without a model ----------------------
+
+
+def post_process(audio: np.ndarray, ref_rms: float | None, postprocess: bool, sample_rate: int) -> np.ndarray:
+    """The reference's `_post_process_audio`, which reads nothing of its model but the rate."""
+    from types import SimpleNamespace
+
+    from omnivoice.models.omnivoice import OmniVoice, OmniVoiceGenerationConfig
+
+    config = OmniVoiceGenerationConfig(postprocess_output=postprocess)
+    out = OmniVoice._post_process_audio(SimpleNamespace(sampling_rate=sample_rate), audio, ref_rms=ref_rms,
+                                        gen_config=config)
+    return np.ascontiguousarray(out.squeeze(0), dtype=np.float32)
+
+
+def join_and_post_process(chunks: list[np.ndarray], ref_rms: float | None, postprocess: bool,
+                          sample_rate: int) -> np.ndarray:
+    return post_process(cross_fade_chunks(chunks, sample_rate), ref_rms, postprocess, sample_rate)

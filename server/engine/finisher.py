@@ -2,7 +2,9 @@
 
 Decoding a finished canvas (7-10 ms on a GPU) and the reference's post-processing (15-20
 ms of CPU per chunk) would otherwise stall the step loop once per finished chunk. A small
-pool of worker threads does both; results go back to the engine thread as commands, so
+pool of worker threads decodes; post-processing runs in worker processes when
+`processes` > 0, because the reference's (pydub) silence removal holds the GIL that the
+step thread needs to launch kernels. Results go back to the engine thread as commands, so
 all request bookkeeping stays on the engine thread.
 """
 
@@ -10,14 +12,15 @@ from __future__ import annotations
 
 import logging
 import threading
-from concurrent.futures import ThreadPoolExecutor
+import multiprocessing
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 import torch
 
-from server.engine.codec import Codec
+from server.engine.codec import Codec, join_and_post_process, post_process
 
 log = logging.getLogger("chorus.engine")
 
@@ -49,12 +52,35 @@ class FinishFailed:
 
 
 class Finisher:
-    def __init__(self, codec: Codec, device: torch.device, deliver: Callable[[object], None], workers: int = 2):
+    def __init__(self, codec: Codec, device: torch.device, deliver: Callable[[object], None], workers: int = 2,
+                 processes: int = 0):
         self.codec = codec
         self.device = device
         self.deliver = deliver
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="chorus-finish")
         self._local = threading.local()
+        self._processes: ProcessPoolExecutor | None = None
+        if processes > 0:
+            # spawn: never fork a process that holds CUDA state
+            self._processes = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"))
+            for _ in range(processes):  # import the reference's audio code in each worker now
+                self._processes.submit(post_process, np.zeros((1, 2400), np.float32), None, False,
+                                       codec.sample_rate)
+
+    def _post(self, fn, *args, on_done: Callable[[np.ndarray], object], state, index: int) -> None:
+        """Run `fn(*args)` in a worker process (or here), then deliver `on_done(result)`."""
+        if self._processes is None:
+            self.deliver(on_done(fn(*args)))
+            return
+
+        def finished(future: Future) -> None:
+            try:
+                self.deliver(on_done(future.result()))
+            except Exception as exc:  # noqa: BLE001 - fails that request only
+                log.exception("post-processing chunk %d failed", index)
+                self.deliver(FinishFailed(state, index, exc))
+
+        self._processes.submit(fn, *args).add_done_callback(finished)
 
     def _stream(self):
         if self.device.type != "cuda":
@@ -83,8 +109,8 @@ class Finisher:
             if postprocess is None:
                 self.deliver(ChunkDecoded(state, index, tokens_host, raw, post_processed=False))
             else:
-                audio = self.codec.post_process(raw, rms, postprocess)
-                self.deliver(ChunkDecoded(state, index, tokens_host, audio, post_processed=True))
+                self._post(post_process, raw, rms, postprocess, self.codec.sample_rate, state=state, index=index,
+                           on_done=lambda audio: ChunkDecoded(state, index, tokens_host, audio, post_processed=True))
         except Exception as exc:  # noqa: BLE001 - handed to the engine thread, fails that request
             log.exception("decoding chunk %d failed", index)
             self.deliver(FinishFailed(state, index, exc))
@@ -94,14 +120,16 @@ class Finisher:
 
     def _join(self, state, chunks, rms, postprocess) -> None:
         try:
-            audio = self.codec.post_process(self.codec.join(chunks), rms, postprocess)
-            self.deliver(WholeReady(state, audio))
+            self._post(join_and_post_process, chunks, rms, postprocess, self.codec.sample_rate, state=state,
+                       index=0, on_done=lambda audio: WholeReady(state, audio))
         except Exception as exc:  # noqa: BLE001
             log.exception("post-processing failed")
             self.deliver(FinishFailed(state, 0, exc))
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._processes is not None:
+            self._processes.shutdown(wait=False, cancel_futures=True)
 
 
 class _nullcontext:

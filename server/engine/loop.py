@@ -159,7 +159,10 @@ class EngineLoop:
         self.sampler = Sampler(model.config.audio_mask_id, model.config.num_audio_codebook, self.device)
         self.scheduler = Scheduler(settings.max_batch_size, settings.max_packed_tokens)
         self.codec = Codec(model)
-        self.finisher = Finisher(self.codec, self.device, lambda done: self._commands.put(done))
+        processes = settings.postprocess_processes
+        if processes is None:
+            processes = 2 if self.device.type == "cuda" else 0
+        self.finisher = Finisher(self.codec, self.device, lambda done: self._commands.put(done), processes=processes)
         self.frame_rate: int = model.audio_tokenizer.config.frame_rate
         self.sample_rate: int = model.sampling_rate
         self.step_log = StepLog()
