@@ -351,18 +351,10 @@ def reference_mix(model, specs: list[RequestSpec], batch: int = 16) -> dict:
 
 def reference_tokens(model, specs: list[RequestSpec], **kwargs) -> dict[str, np.ndarray]:
     """Token canvases of the reference's batched generate() (captured before decoding)."""
-    captured = []
-    original = model._decode_and_post_process
+    from bench.reference_capture import captured_tokens
 
-    def capture(tokens, rms, gen_config):
-        captured.append(tokens)
-        return original(tokens, rms, gen_config)
-
-    model._decode_and_post_process = capture
-    try:
+    with captured_tokens(model) as captured:
         model.generate([s.text for s in specs], duration=[s.seconds for s in specs], **kwargs)
-    finally:
-        del model._decode_and_post_process
     return {s.request_id: t.cpu().numpy() for s, t in zip(specs, captured)}
 
 

@@ -64,18 +64,10 @@ class Collector:
 
 def reference_generate(model, text: str, **kwargs) -> tuple[list[np.ndarray], np.ndarray]:
     """Run the reference `generate()` alone; return its token chunks and its audio."""
-    captured = []
-    original = model._decode_and_post_process
+    from bench.reference_capture import captured_tokens
 
-    def capture(tokens, rms, gen_config):
-        captured.append(tokens)
-        return original(tokens, rms, gen_config)
-
-    model._decode_and_post_process = capture
-    try:
+    with captured_tokens(model) as captured:
         audio = model.generate(text, **kwargs)[0]
-    finally:
-        del model._decode_and_post_process
     tokens = captured[0]
     chunks = tokens if isinstance(tokens, list) else [tokens]
     return [t.cpu().numpy() for t in chunks], audio
