@@ -260,12 +260,18 @@ def check_synthesize(msg: Synthesize) -> None:
         raise
 
 
-def parse_client_message(data: str | bytes) -> ClientMessage:
-    """One client text frame -> a typed message; raises `ProtocolError` naming the problem."""
+def _decode_json(data: str | bytes) -> Any:
     try:
-        raw = msgspec.json.decode(data)
+        return msgspec.json.decode(data)
     except msgspec.DecodeError as exc:
         raise ProtocolError("bad_message", f"not valid JSON: {exc}") from None
+    except RecursionError:  # msgspec's depth limit: arrays or objects nested too deeply
+        raise ProtocolError("bad_message", "not valid JSON: nested too deeply") from None
+
+
+def parse_client_message(data: str | bytes) -> ClientMessage:
+    """One client text frame -> a typed message; raises `ProtocolError` naming the problem."""
+    raw = _decode_json(data)
     if not isinstance(raw, dict):
         raise ProtocolError("bad_message", "a message must be a JSON object with a `type`")
     kind = raw.get("type")
@@ -325,10 +331,7 @@ _SPEECH_RULES["stream_format"] = "must be audio (server-sent events are not offe
 
 def parse_speech_request(body: bytes) -> SpeechRequest:
     """The JSON body of `/v1/audio/speech` -> a typed request; `ProtocolError` otherwise."""
-    try:
-        raw = msgspec.json.decode(body)
-    except msgspec.DecodeError as exc:
-        raise ProtocolError("bad_message", f"not valid JSON: {exc}") from None
+    raw = _decode_json(body)
     if not isinstance(raw, dict):
         raise ProtocolError("bad_message", "the body must be a JSON object")
     try:

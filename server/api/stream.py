@@ -161,6 +161,10 @@ class Connection:
         except p.ProtocolError as exc:
             self._refuse(exc.request_id, exc.code, exc.message)
             return
+        except Exception:  # noqa: BLE001 - a bug in parsing must not end the connection
+            log.exception("reading a frame failed", extra={"connection": self.prefix})
+            self._refuse(None, "internal", "the server failed to read this frame")
+            return
         if isinstance(message, p.Synthesize):
             self._synthesize(message)
         elif isinstance(message, p.Cancel):
