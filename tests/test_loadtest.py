@@ -1,0 +1,49 @@
+"""The short form of the soak: `chorus loadtest` with 50 clients for a few seconds against a
+server it starts on the tiny checkpoint. Nothing may be lost (every accepted request ends,
+and the server holds nothing in flight afterwards), nothing may break the protocol, and
+the server's memory may not run away. No timing is asserted: the machine may be slow."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from bench.loadtest import rss_summary
+from server.cli import main as cli_main
+
+
+def test_short_soak_with_50_clients_loses_nothing(tiny_checkpoint, tmp_path):
+    out = tmp_path / "report.json"
+    cmd = [sys.executable, "-m", "server", "loadtest", "--clients", "50", "--seconds", "10", "--num-steps", "2,4",
+           "--rss-every", "0.5", "--out", str(out), "--server-log", str(tmp_path / "server.log"),
+           "--", "--model", str(tiny_checkpoint)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert out.exists(), done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert done.returncode == 0 and report["passed"], json.dumps({k: v for k, v in report.items()
+                                                                 if k != "server_rss_mb"}, indent=1)
+    assert report["accepted_but_unfinished"] == 0 and report["server_inflight_after"] == 0
+    assert report["protocol_violations"] == 0 and report["connection_errors"] == 0
+    assert report["outcomes"]["error"] == 0 and report["refused"] == {}
+    assert report["outcomes"]["done"] >= 50 and report["outcomes"]["cancelled"] >= 1
+    assert report["accepted"] == report["outcomes"]["done"] + report["outcomes"]["cancelled"] \
+        - report["cancelled_before_accept"]
+    assert report["server_exit_status"] == 0
+    rss = report["server_rss_mb"]
+    assert len(rss["samples"]) >= 5 and rss["max"] < rss["first"] + 1024, rss  # generous: no runaway
+
+
+def test_rss_growth_is_measured_after_warm_up():
+    flat = rss_summary([(t, 500.0 + min(t, 2) * 50) for t in range(20)])  # grows while warming up
+    assert flat["growth_after_warmup"] == 0 and flat["after_warmup"] == 600.0
+    leaking = rss_summary([(t, 500.0 + 10 * t) for t in range(20)])
+    assert leaking["growth_after_warmup"] > 50
+
+
+def test_loadtest_is_a_chorus_subcommand(capsys):
+    with pytest.raises(SystemExit) as info:
+        cli_main(["loadtest", "--help"])
+    assert info.value.code == 0 and "--clients" in capsys.readouterr().out
