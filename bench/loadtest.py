@@ -25,6 +25,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import platform
 import random
 import re
 import statistics
@@ -342,6 +344,14 @@ def spawn_server(serve_args: list[str], log_path: Path, voices_dir: Path) -> tup
     return proc, match.group(1)
 
 
+def _commit() -> str | None:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
+                              cwd=Path(__file__).resolve().parent, timeout=10).stdout.strip() or None
+    except Exception:  # noqa: BLE001 - not a git checkout
+        return None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="chorus loadtest", description=__doc__.splitlines()[0],
@@ -391,6 +401,8 @@ def main(argv: list[str] | None = None) -> int:
         result["server_exit_status"] = result_exit
     shown = ["chorus", "loadtest", *argv, *(["--", *serve_args] if serve_args and args.url is None else [])]
     result["command"] = " ".join(shown)
+    result["machine"] = {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()}
+    result["commit"] = _commit()
     result["passed"] = passed(result) and result.get("server_exit_status", 0) == 0
     text = json.dumps(result, indent=2)
     print(text)
