@@ -296,29 +296,20 @@ def parse_client_message(data: str | bytes) -> ClientMessage:
 SpeechFormat = Literal["wav", "pcm", "flac"]
 
 
-class SpeechRequest(Struct, forbid_unknown_fields=True, kw_only=True):
-    """`POST /v1/audio/speech`: OpenAI's fields plus OmniVoice's knobs at top level."""
+class SpeechRequest(Options, forbid_unknown_fields=True, kw_only=True):
+    """`POST /v1/audio/speech`: OpenAI's fields plus OmniVoice's knobs at top level.
+
+    The knobs (ranges and defaults) are `Options`' own, inherited, so the two spellings of a
+    request can never disagree.
+    """
 
     input: str
     model: Any = None
     voice: str | None = None
     instructions: str | None = None
     response_format: SpeechFormat = "wav"
-    speed: Annotated[float, Meta(ge=0.25, le=4)] | None = None
     stream_format: Literal["audio"] | None = None  # OpenAI's; only raw audio is offered
     language: str | None = None
-    num_step: Annotated[int, Meta(ge=1, le=MAX_NUM_STEP)] = 32
-    guidance_scale: Annotated[float, Meta(ge=0, le=10)] = 2.0
-    t_shift: Annotated[float, Meta(gt=0, le=1)] = 0.1
-    layer_penalty_factor: NonNegative = 5.0
-    position_temperature: NonNegative = 5.0
-    class_temperature: NonNegative = 0.0
-    denoise: bool = True
-    duration: Positive | None = None
-    seed: int | None = None
-    postprocess: bool = True
-    chunk_seconds: Positive = 15.0
-    chunk_threshold: NonNegative = 30.0
 
     def options(self) -> Options:
         return Options(**{name: getattr(self, name) for name in Options.__struct_fields__})
