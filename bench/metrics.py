@@ -108,3 +108,14 @@ def build_summary(result: dict) -> dict:
     }
     assert tuple(summary) == SUMMARY_KEYS
     return summary
+
+
+def emit_report(result: dict, out: str | None) -> None:
+    """Print a bench result as JSON and, with `out`, write the same document there."""
+    import json
+    from pathlib import Path
+
+    text = json.dumps(result, indent=2)
+    print(text)
+    if out:
+        Path(out).write_text(text + "\n")

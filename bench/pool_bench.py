@@ -8,8 +8,9 @@ per set and the ratio of the last to the first.
 
 from __future__ import annotations
 
+from bench.metrics import emit_report
+
 import argparse
-import json
 import sys
 import time
 
@@ -65,11 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {"command": "python -m bench.pool_bench " + " ".join(sys.argv[1:] if argv is None else argv),
               "runs": runs,
               "scaling": round(runs[-1]["audio_s_per_s"] / runs[0]["audio_s_per_s"], 3) if len(runs) > 1 else None}
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+    emit_report(result, args.out)
     return 0
 
 

@@ -13,11 +13,12 @@ event loop, framing, loopback). Prints one JSON document.
 
 from __future__ import annotations
 
+from bench.metrics import emit_report, stats
+
 import argparse
 import asyncio
 import json
 import re
-import statistics
 import subprocess
 import sys
 import threading
@@ -28,13 +29,6 @@ TEXTS = [
     "Streaming speech, one sentence at a time.",
     "Numbers like forty two and names like Ada Lovelace.",
 ]
-
-
-def _stats(values: list[float]) -> dict:
-    ordered = sorted(values)
-    return {"n": len(values), "median": round(statistics.median(values), 2),
-            "p95": round(ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))], 2),
-            "min": round(ordered[0], 2), "max": round(ordered[-1], 2)}
 
 
 def _engine_request(engine, i: int, num_step: int) -> tuple[float, float]:
@@ -89,7 +83,7 @@ async def _interleaved(engine, url: str, runs: int, num_step: int) -> dict:
                 for key, (first, total) in (("engine", e), ("server", s)):
                     out[key][0].append(first)
                     out[key][1].append(total)
-    return {key: {"first_audio_ms": _stats(f), "total_ms": _stats(t)} for key, (f, t) in out.items()}
+    return {key: {"first_audio_ms": stats(f), "total_ms": stats(t)} for key, (f, t) in out.items()}
 
 
 def measure(model: str, device: str, dtype: str, runs: int, num_step: int) -> dict:
@@ -136,11 +130,7 @@ def main(argv: list[str] | None = None) -> int:
             "total_median": round(server["total_ms"]["median"] - engine["total_ms"]["median"], 2),
         },
     }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+    emit_report(result, args.out)
     return 0
 
 
