@@ -49,21 +49,13 @@ def check_flashinfer() -> str:
     Raises `FlashInferMissing` naming what is absent, so an upgrade that moved a name fails
     at start-up (and `auto` falls back to the torch path, logged) instead of mid-request.
     """
-    import importlib
-
     try:
         import flashinfer
     except Exception as exc:  # ImportError, or a CUDA/ABI error raised while importing
         raise FlashInferMissing(f"flashinfer does not import: {exc}") from exc
-    missing = []
-    for module_name, attr in REQUIRED_NAMES:
-        try:
-            module = importlib.import_module(module_name)
-        except Exception as exc:
-            missing.append(f"{module_name} ({exc})")
-            continue
-        if not hasattr(module, attr):
-            missing.append(f"{module_name}.{attr}")
+    from server.engine.upstream import missing_names
+
+    missing = missing_names(REQUIRED_NAMES)
     if missing:
         raise FlashInferMissing(
             "the installed flashinfer lacks names Chorus calls: " + ", ".join(missing)

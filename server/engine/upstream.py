@@ -54,17 +54,24 @@ class UpstreamReport:
     checked: int
 
 
-def check_upstream() -> UpstreamReport:
-    """Verify every private omnivoice name Chorus uses exists; raise naming the missing."""
+def missing_names(pairs) -> list[str]:
+    """The (module, attribute) pairs that do not resolve, as `module.attr` (or why the
+    module does not import)."""
     missing: list[str] = []
-    for module_name, attr in REQUIRED_NAMES:
+    for module_name, attr in pairs:
         try:
             module = importlib.import_module(module_name)
-        except ImportError as exc:
+        except Exception as exc:  # ImportError, or an error raised while importing
             missing.append(f"{module_name} (import failed: {exc})")
             continue
         if not hasattr(module, attr):
             missing.append(f"{module_name}.{attr}")
+    return missing
+
+
+def check_upstream() -> UpstreamReport:
+    """Verify every private omnivoice name Chorus uses exists; raise naming the missing."""
+    missing = missing_names(REQUIRED_NAMES)
     if not missing:
         from omnivoice.models.omnivoice import OmniVoice
 
