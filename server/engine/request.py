@@ -169,6 +169,8 @@ class RequestState:
     cancelled: bool = False
     finished: bool = False
     raw_audio: dict[int, object] = field(default_factory=dict)
+    # style + text token ids per chunk, tokenized once at submission (budget check)
+    text_ids: dict[int, torch.Tensor] = field(default_factory=dict)
     audio_samples: int = 0
 
     @property
@@ -240,8 +242,10 @@ def build_utterance(model, state: RequestState, chunk_index: int, ref: VoiceProm
     chunk = state.plan.chunks[chunk_index]
     opts = state.request.options
     num_codebooks = model.config.num_audio_codebook
-    text_ids = text_prefix_ids(model, chunk.text, ref.text if ref else None, ref is not None,
-                               state.plan.language, state.plan.instruct, opts.denoise)
+    text_ids = state.text_ids.get(chunk_index)
+    if text_ids is None:
+        text_ids = text_prefix_ids(model, chunk.text, ref.text if ref else None, ref is not None,
+                                   state.plan.language, state.plan.instruct, opts.denoise)
     n_text = int(text_ids.shape[0])
     ref_len = ref.num_frames if ref else 0
     prefix_parts = [_to_device(text_ids.unsqueeze(0).expand(num_codebooks, -1).contiguous(), device)]
@@ -275,7 +279,9 @@ def packed_len_of(model, state: RequestState, chunk_index: int) -> int:
     if state.plan.chained and chunk_index > 0:
         ref_text, ref_len = state.plan.chunks[0].text, state.plan.chunks[0].target_len
         has_ref = True
-    n_text = int(text_prefix_ids(model, chunk.text, ref_text, has_ref, state.plan.language, state.plan.instruct,
-                                 opts.denoise).shape[0])
+    text_ids = text_prefix_ids(model, chunk.text, ref_text, has_ref, state.plan.language, state.plan.instruct,
+                               opts.denoise)
+    state.text_ids[chunk_index] = text_ids  # the canvas reuses them
+    n_text = int(text_ids.shape[0])
     cond = n_text + ref_len + chunk.target_len
     return cond + (chunk.target_len if opts.guidance_scale != 0 else 0)
