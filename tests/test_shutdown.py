@@ -86,7 +86,7 @@ def sigterm_mid_load(server: ChorusServer, clients: int = 6) -> tuple[list[Clien
         streaming = threading.Event()
 
         def call() -> None:
-            body = {"input": "One more. And two. And three.", "num_step": 4, "chunk_threshold": 0,
+            body = {"input": "One more. And two. And three.", "num_step": 2, "chunk_threshold": 0,
                     "chunk_seconds": 1, "response_format": "pcm"}
             try:
                 with httpx.stream("POST", server.url + "/v1/audio/speech", json=body, timeout=NO_HANG_S) as r:
@@ -123,7 +123,9 @@ def server(tiny_checkpoint, tmp_path, request):
     s.stop()
 
 
-@pytest.mark.parametrize("server", [("--drain-seconds", "5")], indirect=True)
+# The drain is long enough for the short HTTP stream (4 steps) to finish on a busy 2-core
+# machine, and far too short for the heavy requests (64 steps of 40 s canvases, six at once).
+@pytest.mark.parametrize("server", [("--drain-seconds", "15")], indirect=True)
 def test_sigterm_mid_load_every_request_ends_and_the_process_exits_0(server):
     crowd, seen, speech = sigterm_mid_load(server)
     assert seen["exit"] == 0, server.log()[-3000:]
