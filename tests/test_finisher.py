@@ -31,6 +31,8 @@ def test_post_processing_is_identical_in_threads_and_processes(reference_model, 
         whole = results.get(timeout=120)
         assert isinstance(whole, WholeReady)
         np.testing.assert_array_equal(whole.audio, codec.post_process(codec.join([raw, other]), None, True))
+        # each job's time is measured where it ran (for the bench's stage timings)
+        assert finisher.post_jobs == 2 and len(finisher.post_ms) == 2 and min(finisher.post_ms) > 0
     finally:
         finisher.shutdown()
 

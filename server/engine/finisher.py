@@ -13,6 +13,8 @@ from __future__ import annotations
 import logging
 import threading
 import multiprocessing
+import time
+from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
@@ -59,6 +61,9 @@ class Finisher:
         self.deliver = deliver
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="chorus-finish")
         self._local = threading.local()
+        # wall time of each post-processing job (ms), measured where it ran, for the bench
+        self.post_ms: deque[float] = deque(maxlen=4096)
+        self.post_jobs = 0  # post-processing jobs finished, ever
         self._processes: ProcessPoolExecutor | None = None
         if processes > 0:
             # spawn: never fork a process that holds CUDA state
@@ -70,17 +75,23 @@ class Finisher:
     def _post(self, fn, *args, on_done: Callable[[np.ndarray], object], state, index: int) -> None:
         """Run `fn(*args)` in a worker process (or here), then deliver `on_done(result)`."""
         if self._processes is None:
-            self.deliver(on_done(fn(*args)))
+            self.deliver(on_done(self._record(_timed(fn, *args))))
             return
 
         def finished(future: Future) -> None:
             try:
-                self.deliver(on_done(future.result()))
+                self.deliver(on_done(self._record(future.result())))
             except Exception as exc:  # noqa: BLE001 - fails that request only
                 log.exception("post-processing chunk %d failed", index)
                 self.deliver(FinishFailed(state, index, exc))
 
-        self._processes.submit(fn, *args).add_done_callback(finished)
+        self._processes.submit(_timed, fn, *args).add_done_callback(finished)
+
+    def _record(self, timed: tuple[np.ndarray, float]) -> np.ndarray:
+        audio, ms = timed
+        self.post_ms.append(ms)
+        self.post_jobs += 1
+        return audio
 
     def _stream(self):
         if self.device.type != "cuda":
@@ -130,6 +141,13 @@ class Finisher:
         self._pool.shutdown(wait=False, cancel_futures=True)
         if self._processes is not None:
             self._processes.shutdown(wait=False, cancel_futures=True)
+
+
+def _timed(fn, *args) -> tuple[np.ndarray, float]:
+    """`fn(*args)` and its wall time in ms (module level: runs in worker processes too)."""
+    t0 = time.perf_counter()
+    out = fn(*args)
+    return out, (time.perf_counter() - t0) * 1e3
 
 
 class _nullcontext:
