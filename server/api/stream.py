@@ -43,6 +43,7 @@ class _Request:
     cancel_requested: bool = False
     audio_frames: int = 0
     task: asyncio.Task | None = None
+    received_at: float | None = None  # perf_counter when its frame arrived: the engine's clock starts there
 
 
 class Connection:
@@ -55,6 +56,7 @@ class Connection:
         self.outbox: asyncio.Queue[str | bytes | None] = asyncio.Queue()
         self.open = True
         self.last_activity = time.monotonic()
+        self.frame_at = time.perf_counter()  # when the frame being handled arrived
 
     # ---- lifecycle ----------------------------------------------------------------------
 
@@ -125,6 +127,7 @@ class Connection:
             if event["type"] != "websocket.receive":
                 return  # websocket.disconnect (closed, dropped, or a frame over the size limit)
             self.last_activity = time.monotonic()
+            self.frame_at = time.perf_counter()
             text = event.get("text")
             if text is None:
                 self._error(None, "bad_message", "binary frames are not accepted; send JSON text frames")
@@ -185,7 +188,7 @@ class Connection:
             self._refuse(msg.id, "text_too_long",
                          f"text: {len(msg.text)} characters, over the limit of {self.cfg.max_text_chars}")
         else:
-            req = _Request(msg.id, f"{self.prefix}/{msg.id}", msg.encoding, msg.progress)
+            req = _Request(msg.id, f"{self.prefix}/{msg.id}", msg.encoding, msg.progress, received_at=self.frame_at)
             self.requests[msg.id] = req
             req.task = asyncio.create_task(self._start(req, msg))
 
@@ -199,7 +202,7 @@ class Connection:
             o = msg.options
             request = SynthesisRequest(
                 request_id=req.request_id, text=msg.text, language=msg.language, instruct=msg.instruct,
-                voice=voice, stream=msg.stream_mode,
+                voice=voice, stream=msg.stream_mode, received_at=req.received_at,
                 options=GenerationOptions(
                     num_step=o.num_step, guidance_scale=o.guidance_scale, t_shift=o.t_shift,
                     layer_penalty_factor=o.layer_penalty_factor, position_temperature=o.position_temperature,

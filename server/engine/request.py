@@ -173,6 +173,10 @@ class RequestState:
     text_ids: dict[int, torch.Tensor] = field(default_factory=dict)
     audio_samples: int = 0
 
+    def __post_init__(self) -> None:
+        if self.request.received_at is not None:  # the clock starts where the server got the frame
+            self.submitted_at = min(self.submitted_at, self.request.received_at)
+
     @property
     def request_id(self) -> str:
         return self.request.request_id

@@ -60,6 +60,9 @@ class SynthesisRequest:
     voice: VoicePrompt | None = None
     options: GenerationOptions = field(default_factory=GenerationOptions)
     stream: StreamMode = "chunk"
+    # `time.perf_counter()` when the server received the frame or body that asked for it:
+    # the engine's timings (queue, first audio, total) count from there. None: from submit.
+    received_at: float | None = None
 
 
 @dataclass(frozen=True)

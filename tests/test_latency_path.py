@@ -1,0 +1,62 @@
+"""What lies between a client's frame and the engine's clock: nothing hidden.
+
+The engine's timings count from the moment the server received the frame (not from the
+engine's submit), and audio frames go out uncompressed (deflating audio costs time on both
+ends and saves nothing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+import websockets
+
+from server.config import EngineSettings
+from server.engine.loop import EngineLoop
+from server.engine.types import GenerationOptions, SynthesisRequest
+from tests.engine_helpers import Collector
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_checkpoint):
+    from server.checkpoint import load_omnivoice
+
+    eng = EngineLoop(load_omnivoice(str(tiny_checkpoint), "cpu", "float32"), EngineSettings())
+    eng.start()
+    yield eng
+    eng.stop()
+
+
+def test_engine_timings_count_from_when_the_server_received_the_request(engine):
+    sink = Collector()
+    held = 5.0  # as if the frame had arrived this long before it reached the engine
+    request = SynthesisRequest("early", "A short line.", options=GenerationOptions(num_step=2, seed=1),
+                               received_at=time.perf_counter() - held)
+    engine.submit(request, sink)
+    sink.wait(["early"])
+    done = sink.finished["early"]
+    assert done.outcome == "done"
+    assert done.queue_ms >= held * 1000
+    assert done.first_audio_ms >= held * 1000
+    assert done.total_ms >= done.first_audio_ms
+
+
+def test_engine_timings_without_a_receive_time_count_from_submit(engine):
+    sink = Collector()
+    engine.submit(SynthesisRequest("plain", "A short line.", options=GenerationOptions(num_step=2, seed=1)), sink)
+    sink.wait(["plain"])
+    assert sink.finished["plain"].outcome == "done"
+    assert sink.finished["plain"].total_ms < 5000  # not measured from some earlier epoch
+
+
+def test_websocket_does_not_compress_audio(chorus_server):
+    async def handshake():
+        # a client that offers permessage-deflate (websockets does by default) is not given it
+        async with websockets.connect(chorus_server.ws_url) as ws:
+            return ws.response.headers.get("Sec-WebSocket-Extensions"), list(ws.protocol.extensions)
+
+    header, extensions = asyncio.run(handshake())
+    assert header is None
+    assert extensions == []
