@@ -30,7 +30,7 @@ from server.engine.types import (
     VoicePrompt,
 )
 from server.metrics import Metrics
-from server.voices import LibraryFull, VoiceInfo, VoiceStore
+from server.voices import LibraryFull, VoiceInfo, VoiceLibrary
 
 log = logging.getLogger("chorus.service")
 
@@ -97,7 +97,7 @@ class _Job:
 
 
 class SynthesisService:
-    def __init__(self, engine: Engine, voices: VoiceStore, metrics: Metrics, *,
+    def __init__(self, engine: Engine, voices: VoiceLibrary, metrics: Metrics, *,
                  max_queue: int, asr_available: bool = False, audio_limits: AudioLimits = AudioLimits()):
         self.engine = engine
         self.voices = voices

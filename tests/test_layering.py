@@ -5,8 +5,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
-WEB_MODULES = ["server.app", "server.protocol", "server.service", "server.voices", "server.audio_io",
-               "server.metrics", "server.api.stream", "server.api.speech", "server.api.voices", "server.api.ops"]
+WEB_MODULES = ["server.app", "server.protocol", "server.service", "server.voices", "server.voices.sqlite",
+               "server.voices.postgres", "server.audio_io", "server.metrics", "server.api.stream",
+               "server.api.speech", "server.api.voices", "server.api.ops"]
 
 
 def test_web_layer_imports_no_torch():

@@ -27,7 +27,7 @@ def dsn():
 
 
 def test_voices_roundtrip_and_shared_between_replicas(dsn):
-    from server.voices_pg import PostgresVoiceStore
+    from server.voices.postgres import PostgresVoiceStore
 
     replica_a, replica_b = PostgresVoiceStore(dsn), PostgresVoiceStore(dsn)
     try:
@@ -45,7 +45,7 @@ def test_voices_roundtrip_and_shared_between_replicas(dsn):
 
 
 def test_hostile_ids_are_refused(dsn):
-    from server.voices_pg import PostgresVoiceStore
+    from server.voices.postgres import PostgresVoiceStore
 
     store = PostgresVoiceStore(dsn)
     try:
@@ -105,7 +105,7 @@ def test_limits_hold_across_replicas(dsn):
     import threading
 
     from server.voices import LibraryFull
-    from server.voices_pg import PostgresVoiceStore
+    from server.voices.postgres import PostgresVoiceStore
 
     probe = PostgresVoiceStore(dsn)
     start = len(probe.list())

@@ -1,16 +1,11 @@
-"""The voice library: an SQLite index plus one token file per voice, under `--voices-dir`.
-
-Voices are stored already encoded (the codec runs once, at upload), as the opaque bytes
-the engine's `voice_codec` makes, so this module never touches torch. Ids are made here
-and checked on every lookup, so no id can name a path outside the folder. A library holds
-at most `max_voices` voices and `max_bytes` of stored voice data (`--max-voices`,
-`--max-voices-bytes`); an upload beyond either is refused with `LibraryFull`.
+"""The embedded voice library: an SQLite index plus one token file per voice, under
+`--voices-dir`. Ids are checked before any path is made, so no id can name a path outside
+the folder.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import secrets
 import sqlite3
 import threading
@@ -18,9 +13,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import msgspec
+from server.voices.store import VOICE_ID, VoiceInfo, check_room, slug
 
-VOICE_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS voices (
     id TEXT PRIMARY KEY,
@@ -32,39 +26,10 @@ CREATE TABLE IF NOT EXISTS voices (
 """
 
 
-class LibraryFull(Exception):
-    """The library is at its voice count or storage limit; the message is for the client."""
-
-
-def check_room(count: int, stored_bytes: int, new_bytes: int, max_voices: int | None,
-               max_bytes: int | None) -> None:
-    """Raise `LibraryFull` when one more voice of `new_bytes` would pass a limit."""
-    if max_voices is not None and count >= max_voices:
-        raise LibraryFull(f"voices: the library is full ({count} voices, the limit is {max_voices}); "
-                          "delete one first")
-    if max_bytes is not None and stored_bytes + new_bytes > max_bytes:
-        raise LibraryFull(f"voices: the library is full ({stored_bytes} bytes stored, the limit is "
-                          f"{max_bytes}); delete a voice first")
-
-
-class VoiceInfo(msgspec.Struct, frozen=True):
-    """What clients see of a voice (`POST/GET /v1/voices`)."""
-
-    id: str
-    name: str
-    text: str
-    seconds: float
-    created_at: int  # unix seconds
-
-
-def slug(name: str) -> str:
-    """A readable id prefix from a voice name (`"Ada L."` -> `ada-l`)."""
-    text = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
-    return text[:40].rstrip("-") or "voice"
-
-
 @dataclass
 class VoiceStore:
+    """The embedded `VoiceLibrary` (one process owns the folder)."""
+
     root: Path
     max_voices: int | None = None
     max_bytes: int | None = None
@@ -146,14 +111,3 @@ class VoiceStore:
             gone = self._db.execute("DELETE FROM voices WHERE id = ?", (voice_id,)).rowcount > 0
             path.unlink(missing_ok=True)
         return gone
-
-
-def open_voice_library(voices_dir: Path, voices_db: str | None = None, *, max_voices: int | None = None,
-                       max_bytes: int | None = None):
-    """The configured library: PostgreSQL when a DSN is given (shared by replicas), else
-    the embedded SQLite + token files in `voices_dir`. Both have the same methods and limits."""
-    if voices_db:
-        from server.voices_pg import PostgresVoiceStore
-
-        return PostgresVoiceStore(voices_db, max_voices=max_voices, max_bytes=max_bytes)
-    return VoiceStore(voices_dir, max_voices=max_voices, max_bytes=max_bytes)

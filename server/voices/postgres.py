@@ -13,7 +13,7 @@ import secrets
 import threading
 import time
 
-from server.voices import VOICE_ID, VoiceInfo, check_room, slug
+from server.voices.store import VOICE_ID, VoiceInfo, check_room, slug
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS chorus_voices (
@@ -30,6 +30,8 @@ _ADD_LOCK = 0x63686F7275730001  # pg_advisory_xact_lock key: serialises adds acr
 
 
 class PostgresVoiceStore:
+    """The shared `VoiceLibrary` (psycopg is imported only when one is opened)."""
+
     def __init__(self, dsn: str, *, max_voices: int | None = None, max_bytes: int | None = None):
         import psycopg
 

@@ -1,0 +1,72 @@
+"""What every voice library shares: the `VoiceLibrary` protocol, the voice record, id
+rules and the limit check.
+
+Voices are stored already encoded (the codec runs once, at upload), as the opaque bytes
+the engine's `voice_codec` makes, so no voice module touches torch. Ids are made by
+`slug` + random hex and checked with `VOICE_ID` on every lookup. A library holds at most
+`max_voices` voices and `max_bytes` of stored voice data (`--max-voices`,
+`--max-voices-bytes`); an upload beyond either is refused with `LibraryFull`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Protocol
+
+import msgspec
+
+VOICE_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
+
+
+class LibraryFull(Exception):
+    """The library is at its voice count or storage limit; the message is for the client."""
+
+
+def check_room(count: int, stored_bytes: int, new_bytes: int, max_voices: int | None,
+               max_bytes: int | None) -> None:
+    """Raise `LibraryFull` when one more voice of `new_bytes` would pass a limit."""
+    if max_voices is not None and count >= max_voices:
+        raise LibraryFull(f"voices: the library is full ({count} voices, the limit is {max_voices}); "
+                          "delete one first")
+    if max_bytes is not None and stored_bytes + new_bytes > max_bytes:
+        raise LibraryFull(f"voices: the library is full ({stored_bytes} bytes stored, the limit is "
+                          f"{max_bytes}); delete a voice first")
+
+
+class VoiceInfo(msgspec.Struct, frozen=True):
+    """What clients see of a voice (`POST/GET /v1/voices`)."""
+
+    id: str
+    name: str
+    text: str
+    seconds: float
+    created_at: int  # unix seconds
+
+
+def slug(name: str) -> str:
+    """A readable id prefix from a voice name (`"Ada L."` -> `ada-l`)."""
+    text = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    return text[:40].rstrip("-") or "voice"
+
+
+class VoiceLibrary(Protocol):
+    """The contract both stores keep; the service sees only this."""
+
+    max_voices: int | None
+    max_bytes: int | None
+
+    def add(self, name: str | None, text: str, seconds: float, blob: bytes) -> VoiceInfo:
+        """Store an encoded voice under a new id; `LibraryFull` past a limit."""
+        ...
+
+    def get(self, voice_id: str) -> VoiceInfo | None: ...
+
+    def list(self) -> list[VoiceInfo]: ...
+
+    def load(self, voice_id: str) -> bytes | None:
+        """The stored encoded voice, or None when there is no such voice (or a bad id)."""
+        ...
+
+    def delete(self, voice_id: str) -> bool: ...
+
+    def close(self) -> None: ...
