@@ -24,8 +24,11 @@ from bench.metrics import build_summary
 
 log = logging.getLogger("chorus.bench")
 
-SCENARIOS = ("parity", "forward", "profile", "engine_single", "finite_check", "engine_throughput", "long", "tokens", "reference_single",
-             "reference_throughput", "mixed", "loaded")
+SCENARIOS = ("parity", "forward", "profile", "engine_single", "finite_check", "engine_throughput", "long", "tokens",
+             "reference_single", "reference_throughput", "mixed", "loaded", "ws_single", "ws_long", "ws_throughput",
+             "ws_loaded")
+FAST_START_SECONDS = 2.0  # the demo page's fast start
+WS_SCENARIOS = tuple(s for s in SCENARIOS if s.startswith("ws_"))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -196,6 +199,38 @@ def _finite_runs(engine, model, specs) -> dict:
     return out
 
 
+def _server_scenarios(run: Run, ckpt: Path, specs, engine_throughput: dict | None) -> None:
+    """The WebSocket scenarios, against a `chorus serve` started here with the engine's settings."""
+    from bench import ws_bench as ws
+    from bench.loadtest import spawn_server
+
+    args = run.args
+    work = Path(tempfile.mkdtemp(prefix="chorus-bench-serve-"))
+    serve = ["--model", str(ckpt), "--device", "cuda", "--dtype", args.dtype, "--max-batch-size",
+             str(args.max_batch_size), "--max-packed-tokens", str(args.max_packed_tokens),
+             "--max-queue", str(2 * args.requests), "--max-inflight", str(max(16, args.requests // 16))]
+    t = time.perf_counter()
+    proc, url = spawn_server(serve, work / "server.log", work / "voices")
+    run.put(("server", "start_seconds"), round(time.perf_counter() - t, 1))
+    url = url.replace("http://", "ws://") + "/v1/stream"
+    try:
+        run.scenario("ws_single", ("server", "single_10s"), lambda: ws.run(ws.single(url)))
+        run.scenario("ws_long", ("server", "long_60s"), lambda: ws.run(ws.long(url)))
+        run.scenario("ws_long", ("server", "long_60s_fast_start"),
+                     lambda: ws.run(ws.long(url, first_chunk_seconds=FAST_START_SECONDS)))
+        thr = run.scenario("ws_throughput", ("server", "throughput_256"), lambda: ws.run(ws.throughput(url, specs)))
+        base = (thr or engine_throughput or {}).get("audio_s_per_s")
+        if base:
+            run.scenario("ws_loaded", ("server", "loaded"),
+                         lambda: ws.run(ws.loaded(url, base, duration_s=args.loaded_seconds)))
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except Exception:  # noqa: BLE001 - it had its chance to drain
+            proc.kill()
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
@@ -293,6 +328,8 @@ def main(argv: list[str] | None = None) -> int:
                          lambda: eb.loaded(engine, thr["audio_s_per_s"], duration_s=args.loaded_seconds))
     finally:
         engine.stop()
+    if any(name in run.wanted for name in WS_SCENARIOS):
+        _server_scenarios(run, ckpt, specs, thr)
     run.doc["timings_s"]["total"] = round(time.perf_counter() - run.t0, 1)
     run.doc["peak_gpu_mem_gib_process"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
     run.save()

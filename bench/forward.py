@@ -139,6 +139,9 @@ def speed(model, sizes=(1, 2, 4, 8, 16, 32, 64), seconds: float = 10.0, referenc
             result["mfu_8k_at_tokens"] = row["tokens"]
         if row["tokens"] >= 16000 and "mfu_16k_tokens" not in result:
             result["mfu_16k_tokens"] = row["fused_eager_mfu"]
+        if row["tokens"] >= 32000 and "mfu_32k_tokens" not in result:
+            result["mfu_32k_tokens"] = row["fused_eager_mfu"]
+            result["mfu_32k_at_tokens"] = row["tokens"]
     # the two ceilings on this card, for the record
     a = torch.randn(8192, 8192, device=model.device, dtype=dtype)
     b = torch.randn(8192, 8192, device=model.device, dtype=dtype)

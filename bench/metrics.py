@@ -9,7 +9,10 @@ PEAK_TFLOPS_DENSE_HALF = 989.0  # H100/H200 SXM datasheet, dense bf16/fp16 (PERF
 
 SUMMARY_KEYS = (
     "throughput_audio_s_per_s", "throughput_vs_reference", "single_10s_ms", "single_vs_reference",
-    "long_first_audio_ms", "loaded_p95_10s_ms", "mfu_8k_tokens", "mixed_knobs_vs_plain",
+    "long_first_audio_ms", "loaded_p95_10s_ms", "mfu_8k_tokens", "mfu_32k_tokens", "mixed_knobs_vs_plain",
+    "ws_single_10s_first_audio_ms", "ws_single_gap_ms", "ws_long_first_audio_ms",
+    "ws_long_fast_start_first_audio_ms", "ws_throughput_audio_s_per_s", "ws_loaded_p95_first_audio_ms",
+    "fp8_throughput_audio_s_per_s", "fp8_token_agreement_vs_bf16", "fp8_logit_rel_error_vs_bf16",
     "gpu", "dtype", "commit",
 )
 
@@ -101,7 +104,18 @@ def build_summary(result: dict) -> dict:
         "long_first_audio_ms": _get(result, "engine", "long_60s", "first_audio_ms", "median"),
         "loaded_p95_10s_ms": _get(result, "engine", "loaded", "total_ms", "p95"),
         "mfu_8k_tokens": _get(result, "forward", "mfu_8k_tokens"),
+        "mfu_32k_tokens": _get(result, "forward", "mfu_32k_tokens"),
         "mixed_knobs_vs_plain": _ratio(mixed, thr),
+        "ws_single_10s_first_audio_ms": _get(result, "server", "single_10s", "client_first_audio_ms", "median"),
+        "ws_single_gap_ms": _get(result, "server", "single_10s", "gap_first_audio_ms", "median"),
+        "ws_long_first_audio_ms": _get(result, "server", "long_60s", "client_first_audio_ms", "median"),
+        "ws_long_fast_start_first_audio_ms": _get(result, "server", "long_60s_fast_start", "client_first_audio_ms",
+                                                  "median"),
+        "ws_throughput_audio_s_per_s": _get(result, "server", "throughput_256", "audio_s_per_s"),
+        "ws_loaded_p95_first_audio_ms": _get(result, "server", "loaded", "client_first_audio_ms", "p95"),
+        "fp8_throughput_audio_s_per_s": _get(result, "fp8", "throughput_256", "audio_s_per_s"),
+        "fp8_token_agreement_vs_bf16": _get(result, "fp8", "fidelity", "token_agreement_vs_bf16"),
+        "fp8_logit_rel_error_vs_bf16": _get(result, "fp8", "fidelity", "logit_rel_error_vs_bf16"),
         "gpu": meta.get("gpu"),
         "dtype": meta.get("dtype"),
         "commit": meta.get("commit"),

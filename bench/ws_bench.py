@@ -1,0 +1,211 @@
+"""Server-level scenarios of `chorus bench`: a real `chorus serve` driven over a WebSocket.
+
+What a listener gets is measured where the listener is: a `websockets` client on loopback
+times each request from sending its frame to receiving its first audio frame and `done`,
+and keeps the engine's own timings from `done` beside them (the difference is what the
+server adds: parsing, the event loop, framing, the socket).
+
+- `single`: one 10 s line at a time, nothing else running;
+- `long`: a 60 s paragraph, chunk streaming, with default chunking and with fast start;
+- `throughput`: the 256 mix spread over 16 connections, all sent at once;
+- `loaded`: Poisson arrivals of 10 s lines at 70% of the measured throughput.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from dataclasses import dataclass, field
+
+from bench.metrics import stats
+from bench.mixes import RequestSpec, long_paragraph, make_text, poisson_arrivals
+
+MAX_FRAME = None  # audio frames of long requests are large; the client takes any size
+
+
+@dataclass
+class Timing:
+    """One request as the client saw it (perf_counter seconds) and as the engine reported it."""
+
+    sent: float
+    first_audio: float | None = None
+    done: float | None = None
+    outcome: str | None = None
+    samples: int = 0
+    sample_rate: int = 24000
+    engine: dict = field(default_factory=dict)  # done.timings
+
+    @property
+    def first_ms(self) -> float | None:
+        return None if self.first_audio is None else (self.first_audio - self.sent) * 1e3
+
+    @property
+    def total_ms(self) -> float | None:
+        return None if self.done is None else (self.done - self.sent) * 1e3
+
+
+class Client:
+    """One WebSocket connection with any number of requests in flight."""
+
+    def __init__(self, ws):
+        self.ws = ws
+        self.timings: dict[str, Timing] = {}
+        self._ended: dict[str, asyncio.Event] = {}
+        self._reader = asyncio.create_task(self._read())
+
+    @classmethod
+    async def connect(cls, url: str) -> "Client":
+        import websockets
+
+        ws = await websockets.connect(url, max_size=MAX_FRAME)  # a default client, as users run it
+        ready = json.loads(await ws.recv())
+        assert ready["type"] == "ready", ready
+        return cls(ws)
+
+    async def send(self, rid: str, text: str, **fields) -> Timing:
+        frame = {"type": "synthesize", "id": rid, "text": text, "progress": False, **fields}
+        self._ended[rid] = asyncio.Event()
+        timing = self.timings[rid] = Timing(sent=time.perf_counter())
+        await self.ws.send(json.dumps(frame))
+        return timing
+
+    async def wait(self, rid: str, timeout: float = 300.0) -> Timing:
+        await asyncio.wait_for(self._ended[rid].wait(), timeout)
+        return self.timings[rid]
+
+    async def _read(self) -> None:
+        from server.protocol import split_audio_frame
+
+        async for frame in self.ws:
+            now = time.perf_counter()
+            if isinstance(frame, bytes):
+                header, _ = split_audio_frame(frame)
+                t = self.timings[header["id"]]
+                if t.first_audio is None:
+                    t.first_audio = now
+                t.samples += int(header["samples"])
+                t.sample_rate = int(header["sample_rate"])
+                continue
+            msg = json.loads(frame)
+            if msg["type"] in ("done", "cancelled", "error") and msg.get("id") in self.timings:
+                t = self.timings[msg["id"]]
+                t.done, t.outcome = now, msg["type"]
+                t.engine = msg.get("timings") or {"message": msg.get("message")}
+                self._ended[msg["id"]].set()
+
+    async def close(self) -> None:
+        await self.ws.close()
+        self._reader.cancel()
+
+
+def _options(spec: RequestSpec) -> dict:
+    return {"duration": spec.seconds, "guidance_scale": spec.guidance_scale, "num_step": spec.num_step}
+
+
+def _outcomes(timings) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for t in timings:
+        out[t.outcome or "missing"] = out.get(t.outcome or "missing", 0) + 1
+    return out
+
+
+async def single(url: str, seconds: float = 10.0, runs: int = 7, warmup: int = 2, seed: int = 0) -> dict:
+    """One 10 s line at a time (the engine-level `single` scenario's request)."""
+    text = make_text(random.Random(seed + 3), seconds)
+    client = await Client.connect(url)
+    rows = []
+    try:
+        for i in range(warmup + runs):
+            await client.send(f"single{i}", text, options={"duration": seconds, "seed": i})
+            t = await client.wait(f"single{i}")
+            if i >= warmup and t.outcome == "done":
+                rows.append(t)
+    finally:
+        await client.close()
+    first = [t.first_ms for t in rows]
+    engine_first = [t.engine["first_audio_ms"] for t in rows]
+    return {
+        "seconds": seconds, "runs": len(rows),
+        "client_first_audio_ms": stats(first, 2), "client_done_ms": stats([t.total_ms for t in rows], 2),
+        "engine_first_audio_ms": stats(engine_first, 2),
+        "engine_total_ms": stats([t.engine["total_ms"] for t in rows], 2),
+        "engine_queue_ms": stats([t.engine["queue_ms"] for t in rows], 2),
+        "gap_first_audio_ms": stats([c - e for c, e in zip(first, engine_first)], 2),
+    }
+
+
+async def long(url: str, first_chunk_seconds: float | None = None, seconds: float = 60.0, runs: int = 3,
+               seed: int = 0) -> dict:
+    """A 60 s paragraph streamed chunk by chunk, one at a time."""
+    text = long_paragraph(seed, seconds)
+    options = {} if first_chunk_seconds is None else {"first_chunk_seconds": first_chunk_seconds}
+    client = await Client.connect(url)
+    rows = []
+    try:
+        for i in range(runs + 1):
+            await client.send(f"long{i}", text, stream="chunk", options=options)
+            t = await client.wait(f"long{i}")
+            if i > 0:  # the first one warms up
+                rows.append(t)
+    finally:
+        await client.close()
+    return {"text_chars": len(text), "first_chunk_seconds": first_chunk_seconds, "outcomes": _outcomes(rows),
+            "client_first_audio_ms": stats([t.first_ms for t in rows if t.first_ms is not None], 2),
+            "engine_first_audio_ms": stats([t.engine.get("first_audio_ms") for t in rows
+                                            if t.engine.get("first_audio_ms") is not None], 2),
+            "client_done_ms": stats([t.total_ms for t in rows if t.total_ms is not None], 1),
+            "audio_seconds": round(sum(t.samples / t.sample_rate for t in rows) / max(1, len(rows)), 2)}
+
+
+async def throughput(url: str, specs: list[RequestSpec], connections: int = 16) -> dict:
+    """Every request of the mix sent at once over `connections` sockets; audio-s/s as received."""
+    clients = [await Client.connect(url) for _ in range(connections)]
+    try:
+        t0 = time.perf_counter()
+        sent = [(clients[i % connections], spec) for i, spec in enumerate(specs)]
+        await asyncio.gather(*(c.send(s.request_id, s.text, options=_options(s)) for c, s in sent))
+        rows = await asyncio.gather(*(c.wait(s.request_id, 600) for c, s in sent))
+        wall = time.perf_counter() - t0
+    finally:
+        await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
+    audio = sum(t.samples / t.sample_rate for t in rows if t.outcome == "done")
+    return {"requests": len(specs), "connections": connections, "outcomes": _outcomes(rows),
+            "wall_s": round(wall, 3), "audio_seconds_received": round(audio, 2),
+            "audio_s_per_s": round(audio / wall, 2),
+            "client_first_audio_ms": stats([t.first_ms for t in rows if t.first_ms is not None], 1),
+            "client_done_ms": stats([t.total_ms for t in rows if t.total_ms is not None], 1)}
+
+
+async def loaded(url: str, max_audio_s_per_s: float, load: float = 0.7, duration_s: float = 60.0,
+                 seconds: float = 10.0, connections: int = 16, seed: int = 0) -> dict:
+    """Poisson arrivals of 10 s lines at `load` x the measured throughput, spread over sockets."""
+    rate = load * max_audio_s_per_s / seconds
+    arrivals = poisson_arrivals(rate, duration_s, seed)
+    rng = random.Random(seed + 11)
+    specs = [RequestSpec(f"load{i:05d}", make_text(rng, seconds), seconds) for i in range(len(arrivals))]
+    clients = [await Client.connect(url) for _ in range(connections)]
+    try:
+        t0 = time.perf_counter()
+        waits = []
+        for i, (at, spec) in enumerate(zip(arrivals, specs)):
+            delay = t0 + at - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            client = clients[i % connections]
+            await client.send(spec.request_id, spec.text, options=_options(spec))
+            waits.append(client.wait(spec.request_id, 300))
+        rows = await asyncio.gather(*waits)
+    finally:
+        await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
+    done = [t for t in rows if t.outcome == "done"]
+    return {"load": load, "rate_req_per_s": round(rate, 3), "duration_s": duration_s, "requests": len(specs),
+            "outcomes": _outcomes(rows),
+            "client_first_audio_ms": stats([t.first_ms for t in done], 1),
+            "client_done_ms": stats([t.total_ms for t in done], 1),
+            "engine_first_audio_ms": stats([t.engine["first_audio_ms"] for t in done], 1)}
+
+
+def run(coro):
+    return asyncio.run(coro)
