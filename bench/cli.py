@@ -1,7 +1,7 @@
 """`chorus bench`: the reference and Chorus, one process, one GPU, the same seeded requests.
 
 Builds (or reuses) a full-size random checkpoint, loads it through the reference's own
-`from_pretrained`, and runs the scenarios of PERFORMANCE.md in order of cost, writing the
+`from_pretrained`, and runs the scenarios of docs/performance.md in order of cost, writing the
 result document after each one (so a run cut short still leaves what it measured), then
 prints it. Weights are random: the numbers are speed and parity, never quality.
 """

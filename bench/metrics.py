@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-PEAK_TFLOPS_DENSE_HALF = 989.0  # H100/H200 SXM datasheet, dense bf16/fp16 (PERFORMANCE.md's MFU basis)
+PEAK_TFLOPS_DENSE_HALF = 989.0  # H100/H200 SXM datasheet, dense bf16/fp16 (docs/performance.md's MFU basis)
 
 SUMMARY_KEYS = (
     "throughput_audio_s_per_s", "throughput_vs_reference", "single_10s_ms", "single_vs_reference",
@@ -88,7 +88,7 @@ def _ratio(a, b, digits: int = 3):
 
 
 def build_summary(result: dict) -> dict:
-    """The top-level `summary` PERFORMANCE.md asks for, from a result document; null where
+    """The top-level `summary` docs/performance.md asks for, from a result document; null where
     a scenario did not run."""
     thr = _get(result, "engine", "throughput_256", "audio_s_per_s")
     ref_thr = _get(result, "reference", "throughput_256", "audio_s_per_s")

@@ -1,4 +1,4 @@
-"""Seeded request mixes for the benchmark scenarios of PERFORMANCE.md.
+"""Seeded request mixes for the benchmark scenarios of docs/performance.md.
 
 Every request pins its length with `duration` (the reference's own knob, also Chorus's), so
 the reference and Chorus synthesise exactly the same number of frames per request, and the

@@ -1,4 +1,4 @@
-"""Every wire message of the Chorus protocol (PROTOCOL.md, version 1), in one place.
+"""Every wire message of the Chorus protocol (docs/protocol.md, version 1), in one place.
 
 msgspec Structs give the shapes and ranges; `parse_client_message` turns any client text
 frame into a typed message or a `ProtocolError` whose message names the offending field
@@ -81,7 +81,7 @@ class Synthesize(Struct, tag="synthesize", tag_field="type", forbid_unknown_fiel
     instruct: str | None = None
     language: str | None = None
     encoding: Encoding = "pcm_s16le"
-    # "sentence" is accepted as another name for "chunk" (PROTOCOL.md's example spells it so).
+    # "sentence" is accepted as another name for "chunk" (docs/protocol.md's example spells it so).
     stream: Literal["chunk", "whole", "sentence"] = "chunk"
     progress: bool = True
     options: Options = field(default_factory=Options)

@@ -20,6 +20,7 @@ import numpy as np
 
 from server.audio_io import AudioError, AudioLimits, DecodedAudio, decode_base64_audio, decode_in_thread
 from server.engine.types import (
+    SHUTTING_DOWN,
     Accepted,
     ChunkAudio,
     EngineEvent,
@@ -37,7 +38,6 @@ log = logging.getLogger("chorus.service")
 # Codes an engine may reject with that the protocol knows; anything else is invalid_request.
 _ENGINE_CODES = {"invalid_request", "duplicate_id", "text_too_long", "busy", "voice_not_found"}
 VOICE_CACHE_SIZE = 64
-SHUTTING_DOWN = "the server is shutting down; try again later or another replica"
 
 
 class ServiceError(Exception):

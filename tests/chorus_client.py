@@ -1,7 +1,7 @@
 """A small protocol client for tests (real `websockets`), and the protocol's invariants.
 
 `Session.collect(ids)` reads frames until each id has ended and returns every frame per
-id, in arrival order; `check_request` asserts what PROTOCOL.md promises about them.
+id, in arrival order; `check_request` asserts what docs/protocol.md promises about them.
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ class Session:
 
 def check_request(outcome: Outcome, *, num_step: int, encoding: str = "pcm_s16le", stream: str = "chunk",
                   progress: bool = True, sample_rate: int = 24000) -> None:
-    """Everything PROTOCOL.md promises about one successful request's frames."""
+    """Everything docs/protocol.md promises about one successful request's frames."""
     frames = outcome.frames
     assert frames and isinstance(frames[0], dict) and frames[0]["type"] == "accepted", frames[:1]
     accepted = frames[0]

@@ -26,7 +26,7 @@ STATIC_DIR = WEB_DIR / "static"
 
 # OmniVoice's codec runs at 24 kHz; the page learns the real value from the `ready` message.
 DEFAULT_SAMPLE_RATE = 24000
-# PROTOCOL.md: options.num_step is 1..64.
+# docs/protocol.md: options.num_step is 1..64.
 DEFAULT_MAX_NUM_STEP = 64
 
 

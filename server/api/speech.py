@@ -22,7 +22,14 @@ from server.api.auth import require_api_key
 from server.api.errors import ApiError, error_response
 from server.audio_io import encode_flac, encode_samples, wav_header
 from server.config import ServerConfig
-from server.engine.types import ChunkAudio, Finished, GenerationOptions, SynthesisRequest, VoicePrompt
+from server.engine.types import (
+    SHUTTING_DOWN,
+    ChunkAudio,
+    Finished,
+    GenerationOptions,
+    SynthesisRequest,
+    VoicePrompt,
+)
 from server.service import ServiceError, SynthesisService
 
 log = logging.getLogger("chorus.speech")
@@ -62,7 +69,7 @@ async def _next_audio(events: asyncio.Queue) -> ChunkAudio | Finished:
 
 def _failure(event: Finished) -> Response:
     if event.outcome == "cancelled":
-        return error_response("busy", "the request was dropped (the server is shutting down)", 503)
+        return error_response("busy", SHUTTING_DOWN, 503)
     return error_response("internal", event.message or "the engine failed on this request", 500)
 
 

@@ -1,4 +1,4 @@
-"""`GET /v1/stream`: the WebSocket protocol (PROTOCOL.md), one `Connection` per socket.
+"""`GET /v1/stream`: the WebSocket protocol (docs/protocol.md), one `Connection` per socket.
 
 A connection runs two loops: the reader parses frames and starts requests (each in its
 own task, since resolving a voice may wait on an encode), and the writer sends frames

@@ -48,7 +48,7 @@ class RequestPlan:
 
 
 def validate_options(opts: GenerationOptions) -> None:
-    """Ranges of PROTOCOL.md; the engine re-checks so every entry point is safe."""
+    """Ranges of docs/protocol.md; the engine re-checks so every entry point is safe."""
     checks = [
         (1 <= opts.num_step <= MAX_NUM_STEP, "num_step", f"must be 1..{MAX_NUM_STEP}"),
         (0 <= opts.guidance_scale <= 10, "guidance_scale", "must be 0..10"),

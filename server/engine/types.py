@@ -12,6 +12,8 @@ from typing import Any, Callable, Literal
 import numpy as np
 
 StreamMode = Literal["chunk", "whole"]
+# What a client is told of work refused or ended by a shutdown, by the engine and the server alike.
+SHUTTING_DOWN = "the server is shutting down; try another replica or later"
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 
 export const PROTOCOL_VERSION = 1;
 
-// Every synthesis option the server takes, with its default and range (PROTOCOL.md).
+// Every synthesis option the server takes, with its default and range (docs/protocol.md).
 // `kind`: int | float | bool | seed; `nullable` options are sent only when set.
 export const KNOBS = [
   { name: "num_step", label: "Diffusion steps", kind: "int", def: 32, min: 1, max: 64, step: 1,
