@@ -49,7 +49,7 @@ class FiniteCheck:
         return getattr(self.inner, name)
 
     def __call__(self, canvas):
-        from server.engine.fused_backbone import choose_bucket
+        from server.engine.cuda_graphs import choose_bucket
 
         logits = self.inner(canvas)
         self.steps += 1

@@ -37,7 +37,8 @@ def parity(models: dict, dtypes: list[str], seed: int = 0) -> dict:
     from server.engine.attention import TorchAttention
     from server.engine.backbone import OmniVoiceBackbone
     from server.engine.flashinfer_attention import FlashInferAttention
-    from server.engine.fused_backbone import FusedBackbone, choose_bucket
+    from server.engine.cuda_graphs import choose_bucket
+    from server.engine.fused_backbone import FusedBackbone
 
     out: dict = {}
     ref32_model = models["float32"]
@@ -87,7 +88,8 @@ def speed(model, sizes=(1, 2, 4, 8, 16, 32, 64), seconds: float = 10.0, referenc
           module_sizes=(1, 16)) -> dict:
     """Forward time of steps of n 10 s requests with CFG (n x ~530 tokens)."""
     from server.engine.backbone import OmniVoiceBackbone
-    from server.engine.fused_backbone import FusedBackbone, choose_bucket
+    from server.engine.cuda_graphs import choose_bucket
+    from server.engine.fused_backbone import FusedBackbone
     from server.engine.flashinfer_attention import FlashInferAttention
 
     arch = Arch.of(model)

@@ -10,15 +10,9 @@ from bench.parity import compare, parity_canvas, random_items, reference_target_
 from server.engine.attention import TorchAttention
 from server.engine.backbone import OmniVoiceBackbone
 from server.engine.canvas import build_packed_canvas
-from server.engine.fused_backbone import (
-    GRAPH_DOC_BUCKETS,
-    GRAPH_TOKEN_BUCKETS,
-    FusedBackbone,
-    TorchOps,
-    choose_bucket,
-    make_backbone,
-    pad_doc_lens,
-)
+from server.engine.cuda_graphs import GRAPH_DOC_BUCKETS, GRAPH_TOKEN_BUCKETS, choose_bucket, pad_doc_lens
+from server.engine.fused_backbone import FusedBackbone, make_backbone
+from server.engine.kernels import TorchOps
 
 
 def _attention(model):

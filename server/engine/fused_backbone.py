@@ -9,17 +9,13 @@ out once at load for fewer, larger GEMMs:
 - Everything stays (S, H, D): the QKV output is viewed, never transposed; Qwen3's per-head q/k
   RMSNorm reads the strided view and writes q and k contiguous; RoPE (positions restart in
   every document) rotates them in place; V is read straight from the QKV output.
-- `fused_add_rmsnorm` folds each residual add into the next norm; `silu_and_mul` the MLP gate.
+- `fused_add_rmsnorm` folds each residual add into the next norm; `silu_and_mul` the MLP gate
+  (`kernels.py`).
 - On CUDA, q/k norm and RoPE are one Triton pass (`qk_norm_rope`) when its self-check passes.
 - The embedding merge and `audio_heads` are the reference modules' own; only target rows go
   through the head GEMM and the float32 upcast.
-
-Small steps are launch-bound (hundreds of kernels, a few microseconds each), so packed rows up
-to `graph_max_tokens` replay a CUDA graph captured per bucket of (tokens, documents). A step is
-padded up to its bucket with dummy tokens that form their own documents: every operation but
-attention is row-wise and attention never crosses a document boundary, so real rows compute
-exactly what they would alone. Larger steps run eagerly: there the GEMMs dominate and a graph
-buys nothing.
+- Small steps replay CUDA graphs (`cuda_graphs.py`), captured per bucket when the backbone is
+  made, so no request pays for a capture.
 
 `TorchOps` gives the same kernels in plain torch, so the whole path (weight fusion, padding,
 layer order) is exercised and checked on CPU against the reference.
@@ -29,118 +25,17 @@ from __future__ import annotations
 
 import logging
 import os
-from bisect import bisect_left
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from server.engine.attention import AttentionBackend, TorchAttention
 from server.engine.canvas import PackedCanvas
+from server.engine.cuda_graphs import GRAPH_DOC_BUCKETS, GRAPH_TOKEN_BUCKETS, ForwardStats, StepGraphs, pad_doc_lens
+from server.engine.kernels import FlashInferOps, TorchOps
 
 log = logging.getLogger(__name__)
-
-# Buckets for CUDA graphs: packed tokens, and documents (real ones plus at least one pad
-# document, so a bucket of D documents holds up to D - 1 real ones).
-GRAPH_TOKEN_BUCKETS: tuple[int, ...] = (128, 256, 384, 512, 640, 768, 896, 1024, 1280, 1536, 1792, 2048)
-GRAPH_DOC_BUCKETS: tuple[int, ...] = (2, 3, 5, 9, 17, 33)
-
-
-# ---- kernels ------------------------------------------------------------------------------
-
-
-class TorchOps:
-    """Reference semantics of the four fused kernels (float32 math, one rounding)."""
-
-    name = "torch"
-
-    @staticmethod
-    def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tensor | None = None) -> torch.Tensor:
-        xf = x.float()
-        y = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight.float()).to(x.dtype)
-        if out is None:
-            return y
-        out.copy_(y)
-        return out
-
-    @classmethod
-    def fused_add_rmsnorm(cls, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
-        residual.add_(x)
-        x.copy_(cls.rmsnorm(residual, weight, eps))
-
-    @staticmethod
-    def rope_inplace(q: torch.Tensor, k: torch.Tensor, pos: torch.Tensor, theta: float) -> None:
-        d = q.shape[-1]
-        inv_freq = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float32, device=q.device) / d))
-        freqs = pos.float()[:, None] * inv_freq[None, :]
-        cos = torch.cat([freqs.cos(), freqs.cos()], -1)[:, None, :]
-        sin = torch.cat([freqs.sin(), freqs.sin()], -1)[:, None, :]
-        for t in (q, k):
-            tf = t.float()
-            rot = torch.cat([-tf[..., d // 2:], tf[..., : d // 2]], -1)
-            t.copy_(tf * cos + rot * sin)
-
-    @staticmethod
-    def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
-        half = x.shape[-1] // 2
-        return F.silu(x[..., :half]) * x[..., half:]
-
-
-class FlashInferOps:
-    """FlashInfer's kernels (imported once; `check_flashinfer` has vouched for the names)."""
-
-    name = "flashinfer"
-
-    def __init__(self, pdl: bool | None = None):
-        from flashinfer.activation import silu_and_mul
-        from flashinfer.norm import fused_add_rmsnorm, rmsnorm
-        from flashinfer.rope import apply_rope_pos_ids_inplace
-
-        self._rmsnorm, self._fused_add_rmsnorm = rmsnorm, fused_add_rmsnorm
-        self._rope, self._silu_and_mul = apply_rope_pos_ids_inplace, silu_and_mul
-        # Programmatic dependent launch: None lets FlashInfer decide (on for Hopper);
-        # CHORUS_FLASHINFER_PDL=0 turns it off.
-        if pdl is None and os.environ.get("CHORUS_FLASHINFER_PDL", "") == "0":
-            pdl = False
-        self.pdl = pdl
-
-    def rmsnorm(self, x, weight, eps, out=None):
-        return self._rmsnorm(x, weight, eps, out=out, enable_pdl=self.pdl)
-
-    def fused_add_rmsnorm(self, x, residual, weight, eps):
-        self._fused_add_rmsnorm(x, residual, weight, eps, enable_pdl=self.pdl)
-
-    def rope_inplace(self, q, k, pos, theta):
-        self._rope(q, k, pos, interleave=False, rope_theta=theta)
-
-    def silu_and_mul(self, x):
-        return self._silu_and_mul(x, enable_pdl=self.pdl)
-
-
-# ---- graph buckets (pure logic, tested on CPU) --------------------------------------------
-
-
-def choose_bucket(total_len: int, num_docs: int, token_buckets=GRAPH_TOKEN_BUCKETS,
-                  doc_buckets=GRAPH_DOC_BUCKETS) -> tuple[int, int] | None:
-    """Smallest (tokens, documents) bucket that holds the step plus >= 1 pad document of
-    >= 1 token each; None when the step is too large for any graph (run it eagerly)."""
-    di = bisect_left(doc_buckets, num_docs + 1)
-    if di == len(doc_buckets):
-        return None
-    docs = doc_buckets[di]
-    ti = bisect_left(token_buckets, total_len + (docs - num_docs))
-    if ti == len(token_buckets):
-        return None
-    return token_buckets[ti], docs
-
-
-def pad_doc_lens(total_len: int, num_docs: int, bucket: tuple[int, int]) -> list[int]:
-    """Lengths of the pad documents that fill a step up to its bucket exactly."""
-    tokens, docs = bucket
-    n_pad, pad_tokens = docs - num_docs, tokens - total_len
-    if n_pad < 1 or pad_tokens < n_pad:
-        raise ValueError(f"bucket {bucket} cannot hold {total_len} tokens in {num_docs} documents")
-    return [pad_tokens - (n_pad - 1)] + [1] * (n_pad - 1)
 
 
 # ---- the backbone -------------------------------------------------------------------------
@@ -157,30 +52,6 @@ class _Layer:
     w_gate_up: torch.Tensor
     w_down: torch.Tensor
     qk_norms: torch.Tensor  # (2, D): q_norm then k_norm, for the fused kernel
-
-
-@dataclass
-class _Graph:
-    tokens: int
-    docs: int
-    planner: object
-    ids: torch.Tensor
-    mask: torch.Tensor
-    pos: torch.Tensor
-    graph: object = None
-    out: torch.Tensor | None = None
-    replays: int = 0
-    filled_from: int = -1  # pad rows [filled_from:] hold pad values
-
-
-@dataclass
-class ForwardStats:
-    """Counters the bench and the metrics read; cheap (host-side only)."""
-
-    eager_steps: int = 0
-    graph_steps: int = 0
-    graph_pad_tokens: int = 0
-    captures: list[tuple[int, int]] = field(default_factory=list)
 
 
 class FusedBackbone:
@@ -201,13 +72,15 @@ class FusedBackbone:
         self.mask_id = model.config.audio_mask_id
         self.layers = [self._fuse(layer) for layer in model.llm.layers]
         self.final_norm = model.llm.norm.weight
-        self.graphs_enabled = graphs and self.device.type == "cuda" and hasattr(attention, "graph_planner")
-        self.token_buckets, self.doc_buckets = tuple(token_buckets), tuple(doc_buckets)
-        self.graph_max_tokens = self.token_buckets[-1] if self.graphs_enabled else 0
-        self._graphs: dict[tuple[int, int], _Graph] = {}
-        self._pool = None
         self.stats = ForwardStats()
         self.qk_rope_kernel = self._pick_qk_rope(fuse_qk_rope)
+        self.graphs_enabled = graphs and self.device.type == "cuda" and hasattr(attention, "graph_planner")
+        self.graphs = StepGraphs(self._embed_and_layers, attention, self.device, self.num_codebooks, self.mask_id,
+                                 self.stats, token_buckets, doc_buckets)
+
+    @property
+    def graph_max_tokens(self) -> int:
+        return self.graphs.max_tokens if self.graphs_enabled else 0
 
     def _pick_qk_rope(self, wanted: bool | None) -> str:
         """`triton` (one fused q/k norm + RoPE pass) when asked or by default on CUDA, if its
@@ -291,13 +164,16 @@ class FusedBackbone:
     def _embed(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return self.model._prepare_embed_inputs(ids.unsqueeze(0), mask.unsqueeze(0))[0]
 
+    def _embed_and_layers(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, plan) -> torch.Tensor:
+        return self._layers(self._embed(ids, mask), pos, plan)
+
     @torch.inference_mode()
     def hidden_states(self, canvas: PackedCanvas) -> torch.Tensor:
         """Final-norm hidden states of the packed row, (S, hidden); a graph when one fits."""
         if self.graphs_enabled:
-            bucket = choose_bucket(canvas.total_len, len(canvas.doc_lens), self.token_buckets, self.doc_buckets)
+            bucket = self.graphs.bucket_for(canvas)
             if bucket is not None:
-                return self._replay(canvas, bucket)
+                return self.graphs.replay(canvas, bucket)
         self.stats.eager_steps += 1
         plan = self.attention.plan(canvas.doc_lens)
         return self._layers(self._embed(canvas.packed_ids, canvas.audio_mask), canvas.position_ids, plan)
@@ -324,68 +200,10 @@ class FusedBackbone:
 
     __call__ = forward
 
-    # -- CUDA graphs ----------------------------------------------------------------------
-
-    def _replay(self, canvas: PackedCanvas, bucket: tuple[int, int]) -> torch.Tensor:
-        g = self._graphs.get(bucket)
-        if g is None:
-            g = self._capture(bucket)
-        s = canvas.total_len
-        pad = pad_doc_lens(s, len(canvas.doc_lens), bucket)
-        g.planner.plan(list(canvas.doc_lens) + pad)
-        # Pad rows: MASK audio tokens at position 0, in their own documents; any valid values
-        # would do, fixed ones keep the pad rows finite and the runs reproducible.
-        g.ids[:, :s].copy_(canvas.packed_ids, non_blocking=True)
-        g.mask[:s].copy_(canvas.audio_mask, non_blocking=True)
-        g.pos[:s].copy_(canvas.position_ids, non_blocking=True)
-        if g.filled_from != s:  # only the copies above ever write these buffers
-            g.ids[:, s:].fill_(self.mask_id)
-            g.mask[s:].fill_(True)
-            g.pos[s:].zero_()
-            g.filled_from = s
-        g.graph.replay()
-        g.replays += 1
-        self.stats.graph_steps += 1
-        self.stats.graph_pad_tokens += bucket[0] - s
-        return g.out[:s]
-
-    def _capture(self, bucket: tuple[int, int]) -> _Graph:
-        tokens, docs = bucket
-        dev = self.device
-        g = _Graph(
-            tokens=tokens, docs=docs, planner=self.attention.graph_planner(docs, tokens),
-            ids=torch.full((self.num_codebooks, tokens), self.mask_id, dtype=torch.long, device=dev),
-            mask=torch.ones(tokens, dtype=torch.bool, device=dev),
-            pos=torch.zeros(tokens, dtype=torch.long, device=dev),
-        )
-        plan = g.planner.plan([tokens - docs + 1] + [1] * (docs - 1))
-        side = torch.cuda.Stream(dev)
-        side.wait_stream(torch.cuda.current_stream(dev))
-        with torch.cuda.stream(side):
-            for _ in range(2):  # warm-up: cuBLAS handles and workspaces, lazy module loads
-                self._layers(self._embed(g.ids, g.mask), g.pos, plan)
-        torch.cuda.current_stream(dev).wait_stream(side)
-        if self._pool is None:
-            self._pool = torch.cuda.graph_pool_handle()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
-            g.out = self._layers(self._embed(g.ids, g.mask), g.pos, plan)
-        g.graph = graph
-        self._graphs[bucket] = g
-        self.stats.captures.append(bucket)
-        log.info("captured a CUDA graph for %d tokens in %d documents", tokens, docs)
-        return g
-
     @torch.inference_mode()
     def capture(self, buckets: list[tuple[int, int]] | None = None) -> int:
         """Capture graphs ahead of traffic (all buckets by default); returns how many exist."""
-        if not self.graphs_enabled:
-            return 0
-        for tokens in self.token_buckets:
-            for docs in self.doc_buckets:
-                if (buckets is None or (tokens, docs) in buckets) and docs < tokens and (tokens, docs) not in self._graphs:
-                    self._capture((tokens, docs))
-        return len(self._graphs)
+        return self.graphs.capture_all(buckets) if self.graphs_enabled else 0
 
 
 # ---- the factory the engine calls ---------------------------------------------------------
@@ -428,6 +246,7 @@ def make_backbone(model, attention="auto", *, graphs: bool = True):
 
     if backend.name == "flashinfer" and device.type == "cuda":
         fused = FusedBackbone(model, backend, graphs=graphs)
+        fused.capture()
         log.info("backbone: fused, FlashInfer (%s kernels), CUDA graphs %s", getattr(backend, "backend", "?"),
                  f"up to {fused.graph_max_tokens} tokens" if fused.graphs_enabled else "off")
         return fused
