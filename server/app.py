@@ -1,5 +1,8 @@
 """Litestar app factory: routes, error shape, dependencies, and the engines' lifespan.
 
+Every route checks the `Host` (an app guard); the API lives in one `/v1` Router whose guard
+checks the Origin and the key (the WebSocket checks them itself, to answer with a frame).
+
 The lifespan loads one engine per device (in threads: loading is slow and touches torch),
 starts their step threads, and stops them on shutdown, which ends every request still in
 flight with `cancelled`. Before that, `drain` (run by `server.run` on SIGTERM/SIGINT) lets
@@ -13,13 +16,14 @@ import logging
 from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
-from litestar import Litestar
+from litestar import Litestar, Router
 from litestar.config.cors import CORSConfig
 from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.exceptions import HTTPException
 
 from server.api import ops, speech, stream, voices
+from server.api.auth import require_api_key, require_known_host
 from server.api.errors import ApiError, api_error_handler, http_exception_handler, internal_error_handler
 from server.audio_io import AudioLimits
 from server.config import ServerConfig
@@ -83,11 +87,14 @@ def create_app(cfg: ServerConfig, engine: Engine | None = None) -> Litestar:
     return Litestar(
         route_handlers=[
             ops.healthz, ops.readyz, ops.metrics,
-            stream.stream,
-            speech.speech,
-            voices.create_voice, voices.list_voices, voices.get_voice, voices.delete_voice,
+            Router("/v1", guards=[require_api_key], route_handlers=[
+                stream.stream,
+                speech.speech,
+                voices.create_voice, voices.list_voices, voices.get_voice, voices.delete_voice,
+            ]),
             *web_route_handlers(cfg),
         ],
+        guards=[require_known_host],
         template_config=template_config(),
         dependencies={
             "service": Provide(provide_service, sync_to_thread=False),

@@ -6,7 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
-from server.config import ServerConfig, parse_origins
+from server.config import ServerConfig, parse_hosts, parse_origins
 
 
 def _positive_int(text: str) -> int:
@@ -91,6 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--allowed-origins", default=None,
                        help="comma-separated browser Origins allowed besides the server's own, or * for any "
                             "(default: $CHORUS_ALLOWED_ORIGINS, else same origin only)")
+    serve.add_argument("--allowed-hosts", default=None,
+                       help="comma-separated host names clients may reach the server by (the Host header), "
+                            "besides localhost, IP addresses and --host; *.example.com for subdomains, * for any "
+                            "(default: $CHORUS_ALLOWED_HOSTS; a name not listed gets 403: DNS rebinding)")
     serve.add_argument("--page-embeds-key", action="store_true",
                        help="put the API key in the demo page so it works without typing it; anyone who can "
                             "load the page then has the key (private deployments only)")
@@ -134,6 +138,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     cfg.drain_seconds = args.drain_seconds
     if args.allowed_origins is not None:
         cfg.allowed_origins = parse_origins(args.allowed_origins)
+    if args.allowed_hosts is not None:
+        cfg.allowed_hosts = parse_hosts(args.allowed_hosts)
     if args.page_embeds_key:
         cfg.page_embeds_key = True
     cfg.engine.device = args.device

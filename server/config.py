@@ -49,6 +49,9 @@ class ServerConfig:
     # ---- access ----
     # WebSocket and browser Origins allowed besides the server's own; "*" allows any
     allowed_origins: tuple[str, ...] = ()
+    # host names (the Host header) served besides localhost, IP addresses and --host;
+    # "*.example.com" matches subdomains, "*" any (see server.api.auth: DNS rebinding)
+    allowed_hosts: tuple[str, ...] = ()
     page_embeds_key: bool = False  # put the API key in the demo page (private deployments only)
     engine: EngineSettings = field(default_factory=EngineSettings)
     # set at boot: True when serving the auto-made random demo checkpoint
@@ -59,6 +62,11 @@ class ServerConfig:
     def page_api_key(self) -> str | None:
         """The key the demo page embeds: only with `page_embeds_key`."""
         return self.api_key if self.page_embeds_key and self.api_key else None
+
+    @property
+    def served_hosts(self) -> tuple[str, ...]:
+        """The host names the Host header may carry: `--allowed-hosts` plus the bound name."""
+        return (*self.allowed_hosts, self.host.lower().strip("[]"))
 
     @property
     def max_body_bytes(self) -> int:
@@ -75,6 +83,8 @@ class ServerConfig:
         cfg.voices_db = _env("CHORUS_VOICES_DB")
         if origins := _env("CHORUS_ALLOWED_ORIGINS"):
             cfg.allowed_origins = parse_origins(origins)
+        if hosts := _env("CHORUS_ALLOWED_HOSTS"):
+            cfg.allowed_hosts = parse_hosts(hosts)
         cfg.page_embeds_key = (_env("CHORUS_PAGE_EMBEDS_KEY", "") or "").lower() in ("1", "true", "yes")
         return cfg
 
@@ -82,3 +92,8 @@ class ServerConfig:
 def parse_origins(text: str) -> tuple[str, ...]:
     """`https://a.example, http://localhost:3000` -> normalised origins (`*`: any)."""
     return tuple(o.strip().rstrip("/").lower() for o in text.split(",") if o.strip())
+
+
+def parse_hosts(text: str) -> tuple[str, ...]:
+    """`api.example.com, *.internal` -> lower-case host names (`*`: any)."""
+    return tuple(h.strip().lower().rstrip(".") for h in text.split(",") if h.strip())

@@ -126,7 +126,7 @@ def test_probes_metrics_and_the_page_stay_open(keyed):
 def test_page_embeds_the_key_only_when_told(tmp_path):
     for embeds, expected in ((False, None), (True, KEY)):
         cfg = ServerConfig(voices_dir=tmp_path / "voices", api_key=KEY, page_embeds_key=embeds)
-        with TestClient(create_app(cfg, engine=FakeEngine())) as client:
+        with TestClient(create_app(cfg, engine=FakeEngine()), base_url="http://test.localhost") as client:
             page = client.get("/").text
             assert ('"api_key": "' + KEY.replace("Æ", "\\u00c6") + '"' in page) is (expected is not None)
             assert client.get("/v1/voices").status_code == 401

@@ -54,7 +54,7 @@ def faulty(tiny_checkpoint, tmp_path_factory):
     engine.backbone = forward
     engine.start()
     cfg = ServerConfig(voices_dir=tmp_path_factory.mktemp("voices"), model_name="tiny")
-    with TestClient(create_app(cfg, engine=engine)) as client:
+    with TestClient(create_app(cfg, engine=engine), base_url="http://test.localhost") as client:
         yield client, faults
     engine.stop()
 

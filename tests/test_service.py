@@ -71,7 +71,7 @@ def test_rejections_and_busy(service):
 
 def test_internal_error_reaches_the_websocket_and_the_connection_lives_on(tmp_path):
     cfg = ServerConfig(voices_dir=tmp_path / "voices", model_name="fake")
-    with TestClient(create_app(cfg, engine=FakeEngine())) as client, \
+    with TestClient(create_app(cfg, engine=FakeEngine()), base_url="http://test.localhost") as client, \
             client.websocket_connect("/v1/stream") as ws:
         assert ws.receive_json()["type"] == "ready"
         ws.send_text(json.dumps({"type": "synthesize", "id": "bad", "text": "fail now. and more.", "progress": False}))

@@ -28,7 +28,7 @@ def boot(html: str) -> dict:
 
 
 def test_demo_checkpoint_page_says_so():
-    with TestClient(page_app(demo_model=True, model_name="omnivoice-random-demo", max_text_chars=1234)) as client:
+    with TestClient(page_app(demo_model=True, model_name="omnivoice-random-demo", max_text_chars=1234), base_url="http://test.localhost") as client:
         res = client.get("/")
     assert res.status_code == 200
     assert res.headers["content-type"].startswith("text/html")
@@ -42,7 +42,7 @@ def test_demo_checkpoint_page_says_so():
 
 
 def test_real_model_page_has_no_notice_and_asks_for_a_key():
-    with TestClient(page_app(demo_model=False, model_name="OmniVoice", api_key="k")) as client:
+    with TestClient(page_app(demo_model=False, model_name="OmniVoice", api_key="k"), base_url="http://test.localhost") as client:
         res = client.get("/")
     assert 'id="demo-notice"' not in res.text
     data = boot(res.text)
@@ -53,14 +53,14 @@ def test_real_model_page_has_no_notice_and_asks_for_a_key():
 
 def test_model_name_cannot_break_out_of_the_page():
     name = "</script><script>alert(1)</script>"
-    with TestClient(page_app(model_name=name)) as client:
+    with TestClient(page_app(model_name=name), base_url="http://test.localhost") as client:
         res = client.get("/")
     assert "<script>alert(1)" not in res.text
     assert boot(res.text)["model"] == name
 
 
 def test_static_files_are_served_with_their_types():
-    with TestClient(page_app()) as client:
+    with TestClient(page_app(), base_url="http://test.localhost") as client:
         for path, kind in [("/static/app.js", "javascript"), ("/static/chorus.css", "text/css"),
                            ("/static/recorder-worklet.js", "javascript"), ("/static/favicon.svg", "image/svg")]:
             res = client.get(path)
@@ -70,7 +70,7 @@ def test_static_files_are_served_with_their_types():
 
 
 def test_page_references_only_local_assets():
-    with TestClient(page_app()) as client:
+    with TestClient(page_app(), base_url="http://test.localhost") as client:
         html = client.get("/").text
     assert not re.search(r'(src|href)="(https?:)?//', html)
 

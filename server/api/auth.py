@@ -9,12 +9,19 @@ Origins: a browser names the page that opened a WebSocket or sent a request in i
 `Origin` header. By default only the server's own origin may (the Origin's host and port
 equal the `Host` header); `--allowed-origins` adds others, `*` allows any. Requests without
 an `Origin` (every non-browser client) are not affected.
+
+Hosts: a page that rebinds its own DNS name to this server's address (DNS rebinding) is
+"same origin" by that test, so the `Host` header is checked first, on every route and the
+WebSocket: `localhost` (and `*.localhost`), any IP address (a rebinding page always has a
+name) and the name `--host` binds are allowed; `--allowed-hosts` adds names (`*.example.com`,
+or `*` for any) for deployments reached by name.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 from urllib.parse import urlsplit
 
 from litestar.connection import ASGIConnection
@@ -66,6 +73,33 @@ def _host_port(netloc: str, scheme: str) -> str:
     return f"{host}:{port or _DEFAULT_PORTS.get(scheme, '')}"
 
 
+def _host_name(header: str) -> str:
+    """`Example.COM:8000` -> `example.com`; `[::1]:80` -> `::1` (no port, no trailing dot)."""
+    netloc = header.strip().lower()
+    if netloc.startswith("["):
+        return netloc[1:].partition("]")[0]
+    return netloc.rpartition(":")[0].rstrip(".") if ":" in netloc else netloc.rstrip(".")
+
+
+def _is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def host_allowed(connection: ASGIConnection, allowed: tuple[str, ...] | list[str] = ()) -> bool:
+    """The `Host` names this server: localhost, an IP address, or a name in `allowed`."""
+    header = connection.headers.get("host")
+    if header is None:
+        return True  # HTTP/1.0 without a Host: not a browser
+    name = _host_name(header)
+    if not name or "*" in allowed or _is_ip(name) or name == "localhost" or name.endswith(".localhost"):
+        return bool(name)
+    return any(name == host or (host.startswith("*.") and name.endswith(host[1:])) for host in allowed)
+
+
 def origin_allowed(connection: ASGIConnection, allowed: tuple[str, ...] | list[str] = ()) -> bool:
     origin = connection.headers.get("origin")
     if origin is None:
@@ -80,8 +114,21 @@ def origin_allowed(connection: ASGIConnection, allowed: tuple[str, ...] | list[s
     return bool(host) and _host_port(parts.netloc, parts.scheme) == _host_port(host, parts.scheme)
 
 
+HOST_REFUSED = "this server does not serve the host this request names (see --allowed-hosts)"
+
+
+def require_known_host(connection: ASGIConnection, _: BaseRouteHandler) -> None:
+    """Litestar guard for every HTTP route (the WebSocket checks for itself, to answer with a
+    frame): the `Host` must be one this server serves."""
+    if connection.scope["type"] == "http" and not host_allowed(connection, connection.app.state.config.served_hosts):
+        raise ApiError("unauthorized", HOST_REFUSED, status=403)
+
+
 def require_api_key(connection: ASGIConnection, _: BaseRouteHandler) -> None:
-    """Litestar guard for the HTTP API routes: an allowed origin, and the key when one is set."""
+    """Litestar guard for the `/v1` HTTP routes: an allowed origin, and the key when one is set.
+    (The WebSocket checks both itself, after accepting, to answer with a frame.)"""
+    if connection.scope["type"] != "http":
+        return
     config = connection.app.state.config
     if not origin_allowed(connection, config.allowed_origins):
         raise ApiError("unauthorized", "this page's origin may not use this server (see --allowed-origins)",

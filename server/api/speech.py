@@ -18,7 +18,6 @@ from litestar import Request, Response, post
 from litestar.response import Stream
 
 from server import protocol as p
-from server.api.auth import require_api_key
 from server.api.errors import ApiError, error_response
 from server.audio_io import encode_flac, encode_samples, wav_header
 from server.config import ServerConfig
@@ -73,7 +72,7 @@ def _failure(event: Finished) -> Response:
     return error_response("internal", event.message or "the engine failed on this request", 500)
 
 
-@post("/v1/audio/speech", guards=[require_api_key], status_code=200)
+@post("/audio/speech", status_code=200)
 async def speech(request: Request, service: SynthesisService, config: ServerConfig) -> Response | Stream:
     received_at = time.perf_counter()  # the engine's timings count from here
     try:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from litestar import WebSocket, websocket
 
 from server import protocol as p
-from server.api.auth import is_authorized, origin_allowed
+from server.api.auth import HOST_REFUSED, host_allowed, is_authorized, origin_allowed
 from server.audio_io import encode_samples
 from server.config import ServerConfig
 from server.engine.types import Accepted, ChunkAudio, Finished, GenerationOptions, Progress, SynthesisRequest
@@ -62,6 +62,9 @@ class Connection:
 
     async def serve(self, registry: set["Connection"]) -> None:
         await self.socket.accept()
+        if not host_allowed(self.socket, self.cfg.served_hosts):
+            await self._refuse_connection(HOST_REFUSED)
+            return
         if not origin_allowed(self.socket, self.cfg.allowed_origins):
             await self._refuse_connection("this page's origin may not use this server (see --allowed-origins)")
             return
@@ -269,7 +272,7 @@ class Connection:
             self.outbox.put_nowait(frame)
 
 
-@websocket("/v1/stream")
+@websocket("/stream")
 async def stream(socket: WebSocket) -> None:
     state = socket.app.state
     await Connection(socket, state.service, state.config).serve(state.connections)

@@ -8,7 +8,6 @@ import msgspec
 from litestar import Request, delete, get, post
 from litestar.datastructures import UploadFile
 
-from server.api.auth import require_api_key
 from server.api.errors import ApiError
 from server.audio_io import AudioError, decode_audio, decode_in_thread
 from server.config import ServerConfig
@@ -31,7 +30,7 @@ def _form_text(form, name: str) -> str | None:
     return value
 
 
-@post("/v1/voices", guards=[require_api_key], status_code=201)
+@post("/voices", status_code=201)
 async def create_voice(request: Request, service: SynthesisService, config: ServerConfig) -> VoiceInfo:
     if service.draining:
         raise ApiError("busy", SHUTTING_DOWN)
@@ -59,12 +58,12 @@ async def create_voice(request: Request, service: SynthesisService, config: Serv
         raise ApiError(exc.code, exc.message) from None
 
 
-@get("/v1/voices", guards=[require_api_key])
+@get("/voices")
 async def list_voices(service: SynthesisService) -> VoiceList:
     return VoiceList(await asyncio.to_thread(service.voices.list))
 
 
-@get("/v1/voices/{voice_id:str}", guards=[require_api_key])
+@get("/voices/{voice_id:str}")
 async def get_voice(voice_id: str, service: SynthesisService) -> VoiceInfo:
     info = await asyncio.to_thread(service.voices.get, voice_id)
     if info is None:
@@ -72,7 +71,7 @@ async def get_voice(voice_id: str, service: SynthesisService) -> VoiceInfo:
     return info
 
 
-@delete("/v1/voices/{voice_id:str}", guards=[require_api_key], status_code=204)
+@delete("/voices/{voice_id:str}", status_code=204)
 async def delete_voice(voice_id: str, service: SynthesisService) -> None:
     if not await service.delete_voice(voice_id):
         raise ApiError("voice_not_found", f"voice: no voice {voice_id!r} in the library")
