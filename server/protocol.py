@@ -8,7 +8,6 @@ The OpenAI-compatible speech body lives here too: it is the same request, other 
 
 from __future__ import annotations
 
-import math
 import re
 import struct
 from typing import Annotated, Any, Literal
@@ -16,54 +15,53 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta, Struct, field
 
+from server import options as table
+from server.engine.types import GenerationOptions
+
 PROTOCOL_VERSION = 1
-MAX_NUM_STEP = 64
+MAX_NUM_STEP = table.MAX_NUM_STEP
 ENCODINGS = ("pcm_s16le", "f32le")
 ERROR_CODES = (
     "bad_message", "invalid_request", "duplicate_id", "voice_not_found", "text_too_long",
     "too_many_requests", "busy", "unauthorized", "internal",
 )
 ID_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
-SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1  # "any 64-bit integer", signed or unsigned
 
 Encoding = Literal["pcm_s16le", "f32le"]
 ErrorCode = Literal[
     "bad_message", "invalid_request", "duplicate_id", "voice_not_found", "text_too_long",
     "too_many_requests", "busy", "unauthorized", "internal",
 ]
-NonNegative = Annotated[float, Meta(ge=0)]
-Positive = Annotated[float, Meta(gt=0)]
 
 
 class ProtocolError(Exception):
-    """A client message we refuse; becomes an `error` frame (or an HTTP error body)."""
+    """A client message we refuse; becomes an `error` frame (or an HTTP error body).
 
-    def __init__(self, code: str, message: str, request_id: str | None = None):
+    `field` names the one field at fault (`options.num_step`), when there is one.
+    """
+
+    def __init__(self, code: str, message: str, request_id: str | None = None, field: str | None = None):
         super().__init__(message)
         self.code = code
         self.message = message
         self.request_id = request_id
+        self.field = field
 
 
 # ---- client -> server ------------------------------------------------------------------
 
 
-class Options(Struct, forbid_unknown_fields=True, kw_only=True):
-    """Generation knobs; every field optional, defaults are the reference's."""
+# Generation knobs, every field optional: names, types and defaults from the options table
+# (`server/options.py`); the ranges are checked against the same table after decoding.
+Options = msgspec.defstruct(
+    "Options", [(k.name, k.python_type, k.default) for k in table.KNOBS],
+    kw_only=True, forbid_unknown_fields=True, module=__name__,
+)
 
-    num_step: Annotated[int, Meta(ge=1, le=MAX_NUM_STEP)] = 32
-    guidance_scale: Annotated[float, Meta(ge=0, le=10)] = 2.0
-    t_shift: Annotated[float, Meta(gt=0, le=1)] = 0.1
-    layer_penalty_factor: NonNegative = 5.0
-    position_temperature: NonNegative = 5.0
-    class_temperature: NonNegative = 0.0
-    denoise: bool = True
-    speed: Annotated[float, Meta(ge=0.25, le=4)] | None = None
-    duration: Positive | None = None
-    seed: int | None = None
-    postprocess: bool = True
-    chunk_seconds: Positive = 15.0
-    chunk_threshold: NonNegative = 30.0
+
+def generation_options(options: Any) -> GenerationOptions:
+    """The engine's options from the wire's (`Options` or the speech body's top level)."""
+    return GenerationOptions(**{name: getattr(options, name) for name in table.NAMES})
 
 
 class Reference(Struct, forbid_unknown_fields=True):
@@ -160,10 +158,11 @@ class Cancelled(Struct, tag="cancelled", tag_field="type"):
     id: str
 
 
-class ErrorMsg(Struct, tag="error", tag_field="type"):
+class ErrorMsg(Struct, tag="error", tag_field="type", omit_defaults=True):
     id: str | None
     code: str
     message: str
+    field: str | None = None  # the one field at fault, when there is one
 
 
 class Pong(Struct, tag="pong", tag_field="type"):
@@ -197,16 +196,6 @@ def split_audio_frame(frame: bytes) -> tuple[dict[str, Any], bytes]:
 # Human wording for range failures, keyed by field path; other failures keep msgspec's words.
 _RULES = {
     "id": "must be 1-64 characters of A-Z a-z 0-9 _ . -",
-    "options.num_step": f"must be an integer 1..{MAX_NUM_STEP}",
-    "options.guidance_scale": "must be 0..10",
-    "options.t_shift": "must be in (0, 1]",
-    "options.layer_penalty_factor": "must be >= 0",
-    "options.position_temperature": "must be >= 0",
-    "options.class_temperature": "must be >= 0",
-    "options.speed": "must be 0.25..4 or null",
-    "options.duration": "must be seconds > 0 or null",
-    "options.chunk_seconds": "must be > 0",
-    "options.chunk_threshold": "must be >= 0",
     "encoding": "must be one of " + ", ".join(ENCODINGS),
     "stream": "must be chunk or whole",
 }
@@ -216,48 +205,46 @@ _CONSTRAINT = re.compile(r"^Expected `\w+` (?:[<>]=?|matching regex)")
 _MISSING = re.compile(r"Object missing required field `(?P<name>[^`]*)`")
 
 
-def describe_validation_error(exc: msgspec.ValidationError, rules: dict[str, str] | None = None) -> str:
-    """msgspec's `Expected ... - at $.options.num_step` as `options.num_step: must be 1..64`."""
+def describe_validation_error(exc: msgspec.ValidationError,
+                              rules: dict[str, str] | None = None) -> tuple[str | None, str]:
+    """msgspec's `Expected ... - at $.options.denoise` as (`options.denoise`,
+    `options.denoise: expected `bool`, got `str``): the field at fault and the message."""
     match = _AT.match(str(exc))
     assert match is not None
     msg, path = match.group("msg"), (match.group("path") or "").lstrip(".")
     for pattern, what in ((_UNKNOWN, "unknown field"), (_MISSING, "required")):
         if found := pattern.match(msg):
             name = f"{path}.{found.group('name')}" if path else found.group("name")
-            return f"{name}: {what}"
+            return name, f"{name}: {what}"
     rule = (rules or _RULES).get(path)
     if "got `null`" in msg:
-        return f"{path}: must not be null"
+        return path or None, f"{path}: must not be null"
     if rule is not None and (_CONSTRAINT.search(msg) or msg.startswith("Invalid enum")):
-        return f"{path}: {rule}"
+        return path, f"{path}: {rule}"
     text = msg[0].lower() + msg[1:] if msg else "invalid"
-    return f"{path}: {text}" if path else text
+    return (path, f"{path}: {text}") if path else (None, text)
 
 
-def _check_numbers(options: Options, prefix: str = "options.") -> None:
-    for name in Options.__struct_fields__:
-        value = getattr(options, name)
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ProtocolError("invalid_request", f"{prefix}{name}: must be a finite number")
-    if options.seed is not None and not SEED_MIN <= options.seed <= SEED_MAX:
-        raise ProtocolError("invalid_request", f"{prefix}seed: must be a 64-bit integer")
+def check_options(options: Any, prefix: str = "options.", request_id: str | None = None) -> None:
+    """Every knob within the options table's range (finite numbers, 64-bit seeds)."""
+    if (problem := table.first_problem(options)) is not None:
+        name, rule = problem
+        raise ProtocolError("invalid_request", f"{prefix}{name}: {rule}", request_id, field=f"{prefix}{name}")
 
 
 def check_synthesize(msg: Synthesize) -> None:
-    """Rules a schema cannot say: non-empty text, voice/reference exclusive, finite numbers."""
+    """Rules a schema cannot say: non-empty text, voice/reference exclusive, knob ranges."""
     if not msg.text.strip():
-        raise ProtocolError("invalid_request", "text: must not be empty", msg.id)
+        raise ProtocolError("invalid_request", "text: must not be empty", msg.id, field="text")
     if msg.voice is not None and msg.reference is not None:
-        raise ProtocolError("invalid_request", "reference: voice and reference are exclusive; send one", msg.id)
+        raise ProtocolError("invalid_request", "reference: voice and reference are exclusive; send one", msg.id,
+                            field="reference")
     if msg.voice is not None and not msg.voice:
-        raise ProtocolError("invalid_request", "voice: must be a voice id or null", msg.id)
+        raise ProtocolError("invalid_request", "voice: must be a voice id or null", msg.id, field="voice")
     if msg.reference is not None and not msg.reference.audio:
-        raise ProtocolError("invalid_request", "reference.audio: must be a base64 audio file", msg.id)
-    try:
-        _check_numbers(msg.options)
-    except ProtocolError as exc:
-        exc.request_id = msg.id
-        raise
+        raise ProtocolError("invalid_request", "reference.audio: must be a base64 audio file", msg.id,
+                            field="reference.audio")
+    check_options(msg.options, request_id=msg.id)
 
 
 def _decode_json(data: str | bytes) -> Any:
@@ -276,16 +263,18 @@ def parse_client_message(data: str | bytes) -> ClientMessage:
         raise ProtocolError("bad_message", "a message must be a JSON object with a `type`")
     kind = raw.get("type")
     if kind is None:
-        raise ProtocolError("bad_message", "type: required (synthesize, cancel or ping)")
+        raise ProtocolError("bad_message", "type: required (synthesize, cancel or ping)", field="type")
     target = _CLIENT_TYPES.get(kind) if isinstance(kind, str) else None
     if target is None:
-        raise ProtocolError("bad_message", f"type: unknown message type {kind!r} (synthesize, cancel or ping)")
+        raise ProtocolError("bad_message", f"type: unknown message type {kind!r} (synthesize, cancel or ping)",
+                            field="type")
     raw_id = raw.get("id")
     request_id = raw_id if isinstance(raw_id, str) else None
     try:
         message = msgspec.convert(raw, target)
     except msgspec.ValidationError as exc:
-        raise ProtocolError("invalid_request", describe_validation_error(exc), request_id) from None
+        at, message = describe_validation_error(exc)
+        raise ProtocolError("invalid_request", message, request_id, field=at) from None
     if isinstance(message, Synthesize):
         check_synthesize(message)
     return message
@@ -299,8 +288,8 @@ SpeechFormat = Literal["wav", "pcm", "flac"]
 class SpeechRequest(Options, forbid_unknown_fields=True, kw_only=True):
     """`POST /v1/audio/speech`: OpenAI's fields plus OmniVoice's knobs at top level.
 
-    The knobs (ranges and defaults) are `Options`' own, inherited, so the two spellings of a
-    request can never disagree.
+    The knobs are `Options`' own, inherited (and checked against the same table), so the two
+    spellings of a request can never disagree.
     """
 
     input: str
@@ -312,10 +301,10 @@ class SpeechRequest(Options, forbid_unknown_fields=True, kw_only=True):
     language: str | None = None
 
     def options(self) -> Options:
-        return Options(**{name: getattr(self, name) for name in Options.__struct_fields__})
+        return Options(**{name: getattr(self, name) for name in table.NAMES})
 
 
-_SPEECH_RULES = {k.removeprefix("options."): v for k, v in _RULES.items() if k.startswith("options.")}
+_SPEECH_RULES: dict[str, str] = {}
 _SPEECH_RULES["response_format"] = "must be wav, pcm or flac"
 _SPEECH_RULES["stream_format"] = "must be audio (server-sent events are not offered)"
 
@@ -328,8 +317,9 @@ def parse_speech_request(body: bytes) -> SpeechRequest:
     try:
         req = msgspec.convert(raw, SpeechRequest)
     except msgspec.ValidationError as exc:
-        raise ProtocolError("invalid_request", describe_validation_error(exc, _SPEECH_RULES)) from None
+        at, message = describe_validation_error(exc, _SPEECH_RULES)
+        raise ProtocolError("invalid_request", message, field=at) from None
     if not req.input.strip():
-        raise ProtocolError("invalid_request", "input: must not be empty")
-    _check_numbers(req.options(), prefix="")
+        raise ProtocolError("invalid_request", "input: must not be empty", field="input")
+    check_options(req, prefix="")
     return req

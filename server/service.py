@@ -41,12 +41,14 @@ VOICE_CACHE_SIZE = 64
 
 
 class ServiceError(Exception):
-    """A request we cannot take; `code` is a protocol error code, the message names the field."""
+    """A request we cannot take; `code` is a protocol error code, the message names the field
+    and `field` is that field (`options.num_step`) when one is at fault."""
 
-    def __init__(self, code: str, message: str):
+    def __init__(self, code: str, message: str, field: str | None = None):
         super().__init__(message)
         self.code = code
         self.message = message
+        self.field = field
 
 
 class Engine(Protocol):
@@ -150,7 +152,10 @@ class SynthesisService:
         except RequestRejected as exc:
             code = exc.code if exc.code in _ENGINE_CODES else "invalid_request"
             self.reject(endpoint, code)
-            raise ServiceError(code, str(exc)) from None
+            raise ServiceError(code, str(exc), exc.field) from None
+        except Exception:  # a bug: the caller answers `internal`; /metrics counts it like any refusal
+            self.reject(endpoint, "internal")
+            raise
         self._jobs[request.request_id] = job
         self._idle.clear()
         self.metrics.inflight_requests.set(len(self._jobs))
@@ -227,7 +232,7 @@ class SynthesisService:
             audio = await decode_in_thread(decode_base64_audio, reference_audio, "reference.audio",
                                            self.audio_limits, what="reference.audio", limits=self.audio_limits)
         except AudioError as exc:
-            raise ServiceError("invalid_request", str(exc)) from None
+            raise ServiceError("invalid_request", str(exc), "reference.audio") from None
         return await self.encode_voice(audio, reference_text, prefix="reference.")
 
     async def library_voice(self, voice_id: str) -> VoicePrompt:
@@ -238,7 +243,7 @@ class SynthesisService:
             return cached
         blob = await asyncio.to_thread(self.voices.load, voice_id)
         if blob is None:
-            raise ServiceError("voice_not_found", f"voice: no voice {voice_id!r} in the library")
+            raise ServiceError("voice_not_found", f"voice: no voice {voice_id!r} in the library", "voice")
         prompt = await asyncio.to_thread(voice_from_bytes, blob)
         self._voice_cache[voice_id] = prompt
         while len(self._voice_cache) > VOICE_CACHE_SIZE:
@@ -251,7 +256,7 @@ class SynthesisService:
             text = None
         if text is None and not self.asr_available:
             raise ServiceError("invalid_request", f"{prefix}text: a transcript is required "
-                               "(this server runs without --asr-model)")
+                               "(this server runs without --asr-model)", f"{prefix}text")
         if self.draining:
             raise ServiceError("busy", SHUTTING_DOWN)
         future = self.engine.encode_voice(audio.samples, audio.sample_rate, text)
@@ -259,7 +264,9 @@ class SynthesisService:
             return await asyncio.wrap_future(future)
         except RequestRejected as exc:
             code = exc.code if exc.code == "busy" else "invalid_request"
-            raise ServiceError(code, f"{prefix}{exc}" if code == "invalid_request" else str(exc)) from None
+            if code != "invalid_request":
+                raise ServiceError(code, str(exc)) from None
+            raise ServiceError(code, f"{prefix}{exc}", f"{prefix}{exc.field or 'audio'}") from None
 
     async def add_voice(self, audio: DecodedAudio, text: str | None, name: str | None) -> VoiceInfo:
         """Encode an uploaded clip once and store it in the library."""

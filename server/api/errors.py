@@ -1,4 +1,5 @@
-"""HTTP errors in the protocol's one shape: `{"error": {"code": CODE, "message": TEXT}}`.
+"""HTTP errors in the protocol's one shape: `{"error": {"code": CODE, "message": TEXT}}`,
+plus `"field"` (as the request spells it) when one field is at fault.
 
 Codes are the WebSocket's; the status follows from the code (or is given, e.g. 415).
 Litestar's own errors (unknown route, body too large, ...) are rewritten into the same shape.
@@ -30,22 +31,27 @@ RETRY_AFTER_S = 1  # a full queue drains in about a request's time
 
 class ApiError(Exception):
     def __init__(self, code: str, message: str, status: int | None = None,
-                 headers: dict[str, str] | None = None):
+                 headers: dict[str, str] | None = None, field: str | None = None):
         super().__init__(message)
         self.code = code
         self.message = message
         self.status = status or STATUS.get(code, 400)
         self.headers = headers
+        self.field = field
 
 
-def error_response(code: str, message: str, status: int, headers: dict[str, str] | None = None) -> Response:
+def error_response(code: str, message: str, status: int, headers: dict[str, str] | None = None,
+                   field: str | None = None) -> Response:
     if status == 503 and not (headers and "Retry-After" in headers):
         headers = {**(headers or {}), "Retry-After": str(RETRY_AFTER_S)}
-    return Response({"error": {"code": code, "message": message}}, status_code=status, headers=headers)
+    body: dict[str, str] = {"code": code, "message": message}
+    if field is not None:
+        body["field"] = field
+    return Response({"error": body}, status_code=status, headers=headers)
 
 
 def api_error_handler(_: Request, exc: ApiError) -> Response:
-    return error_response(exc.code, exc.message, exc.status, exc.headers)
+    return error_response(exc.code, exc.message, exc.status, exc.headers, exc.field)
 
 
 def http_exception_handler(request: Request, exc: HTTPException) -> Response:

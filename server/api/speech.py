@@ -25,7 +25,6 @@ from server.engine.types import (
     SHUTTING_DOWN,
     ChunkAudio,
     Finished,
-    GenerationOptions,
     SynthesisRequest,
     VoicePrompt,
 )
@@ -42,15 +41,19 @@ OPENAI_VOICES = frozenset({"alloy", "ash", "ballad", "cedar", "coral", "echo", "
 
 
 # the engine names fields as the WebSocket spells them; say them as this endpoint does
-_FIELD_NAMES = (("options.", ""), ("instruct:", "instructions:"), ("text:", "input:"))
+_FIELD_NAMES = (("options.", ""), ("instruct", "instructions"), ("text", "input"))
+
+
+def _as_body_spells(name: str) -> str:
+    for ours, theirs in _FIELD_NAMES:
+        if name.startswith(ours) and (ours.endswith(".") or name[len(ours):len(ours) + 1] in ("", ":", ".")):
+            return theirs + name[len(ours):]
+    return name
 
 
 def _http_error(exc: ServiceError) -> ApiError:
-    message = exc.message
-    for ours, theirs in _FIELD_NAMES:
-        if message.startswith(ours):
-            message = theirs + message[len(ours):]
-    return ApiError(exc.code, message)
+    field = _as_body_spells(exc.field) if exc.field else None
+    return ApiError(exc.code, _as_body_spells(exc.message), field=field)
 
 
 async def _voice(service: SynthesisService, voice: str | None) -> VoicePrompt | None:
@@ -79,30 +82,23 @@ async def speech(request: Request, service: SynthesisService, config: ServerConf
         body = p.parse_speech_request(await request.body())
     except p.ProtocolError as exc:
         service.reject(ENDPOINT, exc.code)
-        raise ApiError(exc.code, exc.message) from None
+        raise ApiError(exc.code, exc.message, field=exc.field) from None
     if len(body.input) > config.max_text_chars:
         service.reject(ENDPOINT, "text_too_long")
         raise ApiError("text_too_long", f"input: {len(body.input)} characters, over the limit of "
-                       f"{config.max_text_chars}")
+                       f"{config.max_text_chars}", field="input")
     request_id = f"h{next(_request_ids)}"
     fmt = body.response_format
-    o = body.options()
     try:
         voice = await _voice(service, body.voice)
     except ServiceError as exc:
         service.reject(ENDPOINT, exc.code)
-        raise ApiError(exc.code, exc.message) from None
+        raise _http_error(exc) from None
     try:
         synth = SynthesisRequest(
             request_id=request_id, text=body.input, language=body.language, instruct=body.instructions,
             voice=voice, stream="whole" if fmt == "flac" else "chunk", received_at=received_at,
-            options=GenerationOptions(
-                num_step=o.num_step, guidance_scale=o.guidance_scale, t_shift=o.t_shift,
-                layer_penalty_factor=o.layer_penalty_factor, position_temperature=o.position_temperature,
-                class_temperature=o.class_temperature, denoise=o.denoise, speed=o.speed, duration=o.duration,
-                seed=o.seed, postprocess=o.postprocess, chunk_seconds=o.chunk_seconds,
-                chunk_threshold=o.chunk_threshold,
-            ),
+            options=p.generation_options(body),
         )
         events: asyncio.Queue = asyncio.Queue()
         accepted = service.submit(synth, events.put_nowait, ENDPOINT)

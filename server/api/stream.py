@@ -23,7 +23,7 @@ from server import protocol as p
 from server.api.auth import HOST_REFUSED, host_allowed, is_authorized, origin_allowed
 from server.audio_io import encode_samples
 from server.config import ServerConfig
-from server.engine.types import Accepted, ChunkAudio, Finished, GenerationOptions, Progress, SynthesisRequest
+from server.engine.types import Accepted, ChunkAudio, Finished, Progress, SynthesisRequest
 from server.service import ServiceError, SynthesisService
 
 log = logging.getLogger("chorus.stream")
@@ -165,7 +165,7 @@ class Connection:
         try:
             message = p.parse_client_message(text)
         except p.ProtocolError as exc:
-            self._refuse(exc.request_id, exc.code, exc.message)
+            self._refuse(exc.request_id, exc.code, exc.message, exc.field)
             return
         except Exception:  # noqa: BLE001 - a bug in parsing must not end the connection
             log.exception("reading a frame failed", extra={"connection": self.prefix})
@@ -182,14 +182,14 @@ class Connection:
 
     def _synthesize(self, msg: p.Synthesize) -> None:
         if msg.id in self.requests:
-            self._refuse(msg.id, "duplicate_id", f"id: {msg.id!r} is already in flight on this connection")
+            self._refuse(msg.id, "duplicate_id", f"id: {msg.id!r} is already in flight on this connection", "id")
         elif len(self.requests) >= self.cfg.max_inflight_per_connection:
             self._refuse(msg.id, "too_many_requests",
                          f"this connection already has {len(self.requests)} requests in flight "
                          f"(limit {self.cfg.max_inflight_per_connection})")
         elif len(msg.text) > self.cfg.max_text_chars:
             self._refuse(msg.id, "text_too_long",
-                         f"text: {len(msg.text)} characters, over the limit of {self.cfg.max_text_chars}")
+                         f"text: {len(msg.text)} characters, over the limit of {self.cfg.max_text_chars}", "text")
         else:
             req = _Request(msg.id, f"{self.prefix}/{msg.id}", msg.encoding, msg.progress, received_at=self.frame_at)
             self.requests[msg.id] = req
@@ -202,21 +202,14 @@ class Connection:
             if req.cancel_requested or not self.open:
                 self._end(req, p.Cancelled(req.client_id))
                 return
-            o = msg.options
             request = SynthesisRequest(
                 request_id=req.request_id, text=msg.text, language=msg.language, instruct=msg.instruct,
                 voice=voice, stream=msg.stream_mode, received_at=req.received_at,
-                options=GenerationOptions(
-                    num_step=o.num_step, guidance_scale=o.guidance_scale, t_shift=o.t_shift,
-                    layer_penalty_factor=o.layer_penalty_factor, position_temperature=o.position_temperature,
-                    class_temperature=o.class_temperature, denoise=o.denoise, speed=o.speed,
-                    duration=o.duration, seed=o.seed, postprocess=o.postprocess,
-                    chunk_seconds=o.chunk_seconds, chunk_threshold=o.chunk_threshold,
-                ),
+                options=p.generation_options(msg.options),
             )
             req.accepted = self.service.submit(request, lambda event: self._deliver(req, event), ENDPOINT)
         except ServiceError as exc:
-            self._end(req, p.ErrorMsg(req.client_id, exc.code, exc.message))
+            self._end(req, p.ErrorMsg(req.client_id, exc.code, exc.message, exc.field))
             return
         except Exception:  # noqa: BLE001 - a bug here fails this request only
             log.exception("starting a request failed", extra={"request_id": req.request_id})
@@ -256,12 +249,12 @@ class Connection:
         self.last_activity = time.monotonic()
         self._send(message)
 
-    def _refuse(self, request_id: str | None, code: str, message: str) -> None:
+    def _refuse(self, request_id: str | None, code: str, message: str, field: str | None = None) -> None:
         self.service.reject(ENDPOINT, code)
-        self._error(request_id, code, message)
+        self._error(request_id, code, message, field)
 
-    def _error(self, request_id: str | None, code: str, message: str) -> None:
-        self._send(p.ErrorMsg(request_id, code, message))
+    def _error(self, request_id: str | None, code: str, message: str, field: str | None = None) -> None:
+        self._send(p.ErrorMsg(request_id, code, message, field))
 
     def _send(self, message: p.ServerMessage) -> None:
         if self.open:

@@ -26,8 +26,8 @@ from server.engine.upstream_names import (
     resolve_instruct,
     resolve_language,
 )
+from server.options import first_problem
 
-MAX_NUM_STEP = 64
 _U64 = (1 << 64) - 1
 
 
@@ -48,22 +48,10 @@ class RequestPlan:
 
 
 def validate_options(opts: GenerationOptions) -> None:
-    """Ranges of docs/protocol.md; the engine re-checks so every entry point is safe."""
-    checks = [
-        (1 <= opts.num_step <= MAX_NUM_STEP, "num_step", f"must be 1..{MAX_NUM_STEP}"),
-        (0 <= opts.guidance_scale <= 10, "guidance_scale", "must be 0..10"),
-        (0 < opts.t_shift <= 1, "t_shift", "must be in (0, 1]"),
-        (opts.layer_penalty_factor >= 0, "layer_penalty_factor", "must be >= 0"),
-        (opts.position_temperature >= 0, "position_temperature", "must be >= 0"),
-        (opts.class_temperature >= 0, "class_temperature", "must be >= 0"),
-        (opts.speed is None or 0.25 <= opts.speed <= 4, "speed", "must be 0.25..4"),
-        (opts.duration is None or opts.duration > 0, "duration", "must be > 0 seconds"),
-        (opts.chunk_seconds > 0, "chunk_seconds", "must be > 0"),
-        (opts.chunk_threshold >= 0, "chunk_threshold", "must be >= 0"),
-    ]
-    for ok, name, message in checks:
-        if not ok:
-            raise RequestRejected(f"options.{name}: {message}", field=f"options.{name}")
+    """The options table's ranges; the engine re-checks so every entry point is safe."""
+    if (problem := first_problem(opts)) is not None:
+        name, rule = problem
+        raise RequestRejected(f"options.{name}: {rule}", field=f"options.{name}")
 
 
 def validate_voice(voice: VoicePrompt, num_codebooks: int, codebook_size: int) -> None:

@@ -11,28 +11,17 @@ from typing import Any, Callable, Literal
 
 import numpy as np
 
+from server.options import dataclass_of_options
+
 StreamMode = Literal["chunk", "whole"]
 # What a client is told of work refused or ended by a shutdown, by the engine and the server alike.
 SHUTTING_DOWN = "the server is shutting down; try another replica or later"
 
 
-@dataclass(frozen=True)
-class GenerationOptions:
-    """Per-request knobs; defaults are the reference's `OmniVoiceGenerationConfig`."""
-
-    num_step: int = 32
-    guidance_scale: float = 2.0
-    t_shift: float = 0.1
-    layer_penalty_factor: float = 5.0
-    position_temperature: float = 5.0
-    class_temperature: float = 0.0
-    denoise: bool = True
-    speed: float | None = None
-    duration: float | None = None
-    seed: int | None = None
-    postprocess: bool = True
-    chunk_seconds: float = 15.0
-    chunk_threshold: float = 30.0
+# Per-request knobs: one field per row of the options table (`server/options.py`), with its
+# defaults (the reference's `OmniVoiceGenerationConfig`).
+GenerationOptions = dataclass_of_options(
+    "GenerationOptions", __name__, "Per-request knobs; fields and defaults from the options table.")
 
 
 @dataclass(frozen=True)

@@ -3,35 +3,44 @@
 
 export const PROTOCOL_VERSION = 1;
 
-// Every synthesis option the server takes, with its default and range (docs/protocol.md).
+// Defaults and ranges of every option come from the server's one options table, in the
+// page's boot JSON (`options`); here only how the page shows each one.
+const TABLE = (() => {
+  try {
+    return JSON.parse(document.getElementById("chorus-boot").textContent).options || {};
+  } catch {
+    return {};
+  }
+})();
+const fromTable = (k) => {
+  const t = TABLE[k.name] || {};
+  return { ...k, def: t.default ?? null, min: t.min ?? undefined, max: t.max ?? undefined, range: t.range };
+};
+
 // `kind`: int | float | bool | seed; `nullable` options are sent only when set.
 export const KNOBS = [
-  { name: "num_step", label: "Diffusion steps", kind: "int", def: 32, min: 1, max: 64, step: 1,
-    range: "1–64", help: "More steps: better audio, slower." },
-  { name: "guidance_scale", label: "Guidance scale", kind: "float", def: 2.0, min: 0, max: 10, step: 0.1,
-    range: "0–10", help: "Classifier-free guidance strength." },
-  { name: "t_shift", label: "Time shift (t_shift)", kind: "float", def: 0.1, min: 0, max: 1, step: 0.01,
-    range: "above 0, up to 1", help: "Shifts the unmasking schedule." },
-  { name: "layer_penalty_factor", label: "Layer penalty", kind: "float", def: 5.0, min: 0, step: 0.5,
-    range: "≥ 0", help: "Favours unmasking lower codebook layers first." },
-  { name: "position_temperature", label: "Position temperature", kind: "float", def: 5.0, min: 0, step: 0.5,
-    range: "≥ 0", help: "Randomness of which positions unmask." },
-  { name: "class_temperature", label: "Token temperature", kind: "float", def: 0.0, min: 0, step: 0.1,
-    range: "≥ 0", help: "0 picks the most likely token (deterministic)." },
-  { name: "seed", label: "Seed", kind: "seed", def: null, nullable: true,
-    range: "any 64-bit integer", help: "Blank: a new random seed each time." },
-  { name: "chunk_seconds", label: "Chunk length (s)", kind: "float", def: 15.0, min: 0, step: 1,
-    range: "> 0", help: "Target audio length of each streamed text chunk." },
-  { name: "chunk_threshold", label: "Chunking threshold (s)", kind: "float", def: 30.0, min: 0, step: 1,
-    range: "≥ 0", help: "Text estimated longer than this is split; 0 always splits." },
-  { name: "denoise", label: "Denoise", kind: "bool", def: true, help: "Ask the model for clean audio." },
-  { name: "postprocess", label: "Post-process", kind: "bool", def: true, help: "Trim silences and normalise loudness." },
-];
+  { name: "num_step", label: "Diffusion steps", kind: "int", step: 1, help: "More steps: better audio, slower." },
+  { name: "guidance_scale", label: "Guidance scale", kind: "float", step: 0.1, help: "Classifier-free guidance strength." },
+  { name: "t_shift", label: "Time shift (t_shift)", kind: "float", step: 0.01, help: "Shifts the unmasking schedule." },
+  { name: "layer_penalty_factor", label: "Layer penalty", kind: "float", step: 0.5,
+    help: "Favours unmasking lower codebook layers first." },
+  { name: "position_temperature", label: "Position temperature", kind: "float", step: 0.5,
+    help: "Randomness of which positions unmask." },
+  { name: "class_temperature", label: "Token temperature", kind: "float", step: 0.1,
+    help: "0 picks the most likely token (deterministic)." },
+  { name: "seed", label: "Seed", kind: "seed", nullable: true, help: "Blank: a new random seed each time." },
+  { name: "chunk_seconds", label: "Chunk length (s)", kind: "float", step: 1,
+    help: "Target audio length of each streamed text chunk." },
+  { name: "chunk_threshold", label: "Chunking threshold (s)", kind: "float", step: 1,
+    help: "Text estimated longer than this is split; 0 always splits." },
+  { name: "denoise", label: "Denoise", kind: "bool", help: "Ask the model for clean audio." },
+  { name: "postprocess", label: "Post-process", kind: "bool", help: "Trim silences and normalise loudness." },
+].map(fromTable);
 
 // Pacing: natural, a speed factor, or a fixed duration (sent as `speed` or `duration`).
 export const PACING = {
-  speed: { name: "speed", label: "Speed", def: 1.0, min: 0.25, max: 4, step: 0.05, range: "0.25–4 ×" },
-  duration: { name: "duration", label: "Duration (s)", def: 5.0, min: 0, step: 0.1, range: "seconds, > 0" },
+  speed: { ...fromTable({ name: "speed", label: "Speed", step: 0.05 }), def: 1.0 },
+  duration: { ...fromTable({ name: "duration", label: "Duration (s)", step: 0.1 }), def: 5.0 },
 };
 
 export const ID_RE = /^[A-Za-z0-9_.-]{1,64}$/;
