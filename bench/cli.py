@@ -24,7 +24,8 @@ from bench.metrics import build_summary
 
 log = logging.getLogger("chorus.bench")
 
-SCENARIOS = ("parity", "forward", "profile", "engine_single", "finite_check", "engine_throughput", "long", "tokens",
+SCENARIOS = ("parity", "forward", "profile", "engine_single", "finite_check", "engine_throughput", "long", "fp8",
+             "tokens",
              "reference_single", "reference_throughput", "mixed", "loaded", "ws_single", "ws_long", "ws_throughput",
              "ws_loaded")
 FAST_START_SECONDS = 2.0  # the demo page's fast start
@@ -199,6 +200,22 @@ def _finite_runs(engine, model, specs) -> dict:
     return out
 
 
+def _fp8_throughput(model, settings, specs) -> dict:
+    """The 256 mix on a second engine whose projections run in FP8 (same weights, quantised)."""
+    from dataclasses import replace
+
+    from bench import engine_bench as eb
+    from server.engine.loop import EngineLoop
+
+    engine = EngineLoop(model, replace(settings, quantize="fp8"), "bench-fp8", random_checkpoint=True)
+    engine.start()
+    try:
+        eb.run_mix(engine, specs[:32], timed=False)  # warm-up
+        return eb.run_mix(engine, specs)
+    finally:
+        engine.stop()
+
+
 def _server_scenarios(run: Run, ckpt: Path, specs, engine_throughput: dict | None) -> None:
     """The WebSocket scenarios, against a `chorus serve` started here with the engine's settings."""
     from bench import ws_bench as ws
@@ -269,7 +286,9 @@ def main(argv: list[str] | None = None) -> int:
         models[other] = load_omnivoice(str(ckpt), "cuda", other)
     if "parity" in run.wanted:
         models["float32"] = load_omnivoice(str(ckpt), "cuda", "float32")
-        run.scenario("parity", ("parity",), lambda: fw.parity(models, [args.dtype, other], args.seed))
+        parity = run.scenario("parity", ("parity",), lambda: fw.parity(models, [args.dtype, other], args.seed))
+        if parity and fw.fp8_fidelity(parity):
+            run.put(("fp8", "fidelity"), fw.fp8_fidelity(parity))
         del models["float32"]
         torch.cuda.empty_cache()
 
@@ -306,6 +325,8 @@ def main(argv: list[str] | None = None) -> int:
         run.scenario("finite_check", ("diagnostics", "finite_check"), lambda: _finite_runs(engine, model, specs))
         thr = run.scenario("engine_throughput", ("engine", "throughput_256"), lambda: eb.run_mix(engine, specs))
         run.scenario("long", ("engine", "long_60s"), lambda: eb.long_text(engine))
+        if "fp8" in run.wanted and args.dtype == "bfloat16":
+            run.scenario("fp8", ("fp8", "throughput_256"), lambda: _fp8_throughput(model, settings, specs))
         run.scenario("tokens", ("token_agreement", args.dtype), lambda: eb.token_agreement(model, engine))
         if "tokens" in run.wanted and other in models:
             engine2 = EngineLoop(models[other], EngineSettings(device="cuda", dtype=other, attention="auto"),

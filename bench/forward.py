@@ -55,6 +55,8 @@ def parity(models: dict, dtypes: list[str], seed: int = 0) -> dict:
             "modules_flashinfer": OmniVoiceBackbone(model, fi),
             "modules_torch": OmniVoiceBackbone(model, TorchAttention(scale)),
         }
+        if tdtype == torch.bfloat16 and torch.cuda.get_device_capability(model.device)[0] == 9:
+            paths["fused_flashinfer_fp8"] = FusedBackbone(model, fi, graphs=False, quantize="fp8")
         rows = {}
         for case, n_items in (("mixed_6_items", 6), ("small_2_items", 2)):
             canvas = parity_canvas(model, seed + n_items, model.device, n_items=n_items)
@@ -71,6 +73,10 @@ def parity(models: dict, dtypes: list[str], seed: int = 0) -> dict:
                 logits = backbone(canvas)
                 torch.cuda.synchronize()
                 case_rows[name] = {"vs_reference": compare(logits, ref), "vs_float32": compare(logits, ref32)}
+                if name == "fused_flashinfer":
+                    bf16_logits = logits
+                if name == "fused_flashinfer_fp8":  # against the bf16 path it replaces
+                    case_rows[name]["vs_fused_bf16"] = compare(logits, bf16_logits)
             # Pad rows must not touch real ones: the padded arithmetic equals the plain one.
             bucket = choose_bucket(canvas.total_len, len(canvas.doc_lens), (canvas.total_len + 512,), (len(canvas.doc_lens) + 3,))
             fused = paths["fused_flashinfer"]
@@ -82,6 +88,23 @@ def parity(models: dict, dtypes: list[str], seed: int = 0) -> dict:
                                                        for k, v in case_rows.items()})
         out[dtype] = rows
     return out
+
+
+def fp8_fidelity(parity_result: dict) -> dict | None:
+    """FP8's target logits against bf16 (the fused path it replaces) and against float32, on
+    the parity scenario's mixed step: relative L2 error and greedy (argmax) token agreement."""
+    row = parity_result.get("bfloat16", {}).get("mixed_6_items", {}).get("fused_flashinfer_fp8")
+    if row is None:
+        return None
+    bf16 = parity_result["bfloat16"]["mixed_6_items"]["fused_flashinfer"]
+    return {
+        "logit_rel_error_vs_bf16": round(row["vs_fused_bf16"]["rel_l2"], 5),
+        "token_agreement_vs_bf16": round(row["vs_fused_bf16"]["argmax_agree"], 4),
+        "logit_rel_error_vs_float32": round(row["vs_float32"]["rel_l2"], 5),
+        "token_agreement_vs_float32": round(row["vs_float32"]["argmax_agree"], 4),
+        "bf16_logit_rel_error_vs_float32": round(bf16["vs_float32"]["rel_l2"], 5),
+        "bf16_token_agreement_vs_float32": round(bf16["vs_float32"]["argmax_agree"], 4),
+    }
 
 
 def speed(model, sizes=(1, 2, 4, 8, 16, 32, 64), seconds: float = 10.0, reference_sizes=(1, 8, 32),

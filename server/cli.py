@@ -99,6 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="put the API key in the demo page so it works without typing it; anyone who can "
                             "load the page then has the key (private deployments only)")
     serve.add_argument("--attention", choices=["auto", "torch", "flashinfer"], default="auto")
+    serve.add_argument("--quantize", choices=["none", "fp8"], default="none",
+                       help="fp8: the layers' projections in FP8 on a Hopper GPU (faster, not bit-exact; "
+                            "fidelity in docs/performance.md); none: the --dtype weights as they are")
     serve.add_argument("--log-level", default=os.environ.get("CHORUS_LOG_LEVEL", "info"))
 
     make = sub.add_parser("make-checkpoint", help="write a random-weight OmniVoice checkpoint")
@@ -147,6 +150,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     cfg.engine.max_batch_size = args.max_batch_size
     cfg.engine.max_packed_tokens = args.max_packed_tokens
     cfg.engine.attention = args.attention
+    cfg.engine.quantize = None if args.quantize == "none" else args.quantize
     return cfg
 
 

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 
 from server.engine.attention import AttentionBackend, TorchAttention
 from server.engine.canvas import PackedCanvas
+from server.engine.fp8 import Fp8Linear, QuantizationUnsupported, check_fp8_device, quantize_weight
 from server.engine.cuda_graphs import GRAPH_DOC_BUCKETS, GRAPH_TOKEN_BUCKETS, ForwardStats, StepGraphs, pad_doc_lens
 from server.engine.kernels import FlashInferOps, TorchOps
 
@@ -44,7 +45,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class _Layer:
     ln1: torch.Tensor
-    w_qkv: torch.Tensor
+    w_qkv: torch.Tensor  # each projection: bf16/fp16, or an `Fp8Weight` with --quantize fp8
     q_norm: torch.Tensor
     k_norm: torch.Tensor
     w_o: torch.Tensor
@@ -57,7 +58,8 @@ class _Layer:
 class FusedBackbone:
     def __init__(self, model, attention: AttentionBackend, ops=None, *, graphs: bool = False,
                  token_buckets: tuple[int, ...] = GRAPH_TOKEN_BUCKETS,
-                 doc_buckets: tuple[int, ...] = GRAPH_DOC_BUCKETS, fuse_qk_rope: bool | None = None):
+                 doc_buckets: tuple[int, ...] = GRAPH_DOC_BUCKETS, fuse_qk_rope: bool | None = None,
+                 quantize: str | None = None):
         self.model = model
         self.attention = attention
         self.ops = ops if ops is not None else (FlashInferOps() if attention.name == "flashinfer" else TorchOps())
@@ -71,6 +73,15 @@ class FusedBackbone:
         self.vocab = model.config.audio_vocab_size
         self.mask_id = model.config.audio_mask_id
         self.layers = [self._fuse(layer) for layer in model.llm.layers]
+        self.quantize = quantize
+        self.linear = F.linear
+        if quantize == "fp8":
+            self.linear = Fp8Linear(self.device)  # refuses a device without FP8 tensor cores
+            for layer in self.layers:
+                for name in ("w_qkv", "w_o", "w_gate_up", "w_down"):
+                    setattr(layer, name, quantize_weight(getattr(layer, name)))
+        elif quantize is not None:
+            raise ValueError(f"unknown quantization {quantize!r} (fp8 or none)")
         self.final_norm = model.llm.norm.weight
         self.stats = ForwardStats()
         self.qk_rope_kernel = self._pick_qk_rope(fuse_qk_rope)
@@ -143,7 +154,7 @@ class FusedBackbone:
         residual = x  # updated in place by fused_add_rmsnorm
         h = ops.rmsnorm(x, self.layers[0].ln1, eps)
         for i, layer in enumerate(self.layers):
-            qkv = F.linear(h, layer.w_qkv).view(seq, hq + 2 * hkv, d)
+            qkv = self.linear(h, layer.w_qkv).view(seq, hq + 2 * hkv, d)
             if self.qk_rope_kernel == "triton":
                 from server.engine.qk_norm_rope import qk_norm_rope
 
@@ -154,9 +165,9 @@ class FusedBackbone:
                 ops.rope_inplace(q, k, pos, self.rope_theta)
             v = qkv[:, hq + hkv :]
             o = self.attention.attend(plan, q, k, v)
-            h = F.linear(o.reshape(seq, hq * d), layer.w_o)
+            h = self.linear(o.reshape(seq, hq * d), layer.w_o)
             ops.fused_add_rmsnorm(h, residual, layer.ln2, eps)
-            h = F.linear(ops.silu_and_mul(F.linear(h, layer.w_gate_up)), layer.w_down)
+            h = self.linear(ops.silu_and_mul(self.linear(h, layer.w_gate_up)), layer.w_down)
             nxt = self.layers[i + 1].ln1 if i + 1 < len(self.layers) else self.final_norm
             ops.fused_add_rmsnorm(h, residual, nxt, eps)
         return h
@@ -209,18 +220,21 @@ class FusedBackbone:
 # ---- the factory the engine calls ---------------------------------------------------------
 
 
-def make_backbone(model, attention="auto", *, graphs: bool = True):
+def make_backbone(model, attention="auto", *, graphs: bool = True, quantize: str | None = None):
     """The backbone for `model`.
 
     `attention` is a setting (`auto` | `torch` | `flashinfer`) or an attention backend already
     made (`make_attention_backend`). FlashInfer on CUDA gets the fused path (CUDA graphs for
     small steps when `graphs`); anything else gets the reference modules (logged). `auto` falls
     back to torch attention when FlashInfer fails its boot check; `flashinfer` raises instead.
+    `quantize="fp8"` (Hopper, fused path only) runs the projections in FP8 (`fp8.py`).
     """
     from server.engine.backbone import OmniVoiceBackbone
 
     weight = model.audio_heads.weight
     device, dtype = weight.device, weight.dtype
+    if quantize == "fp8":
+        check_fp8_device(device)
     cfg = model.llm.config
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     scale = head_dim ** -0.5
@@ -245,10 +259,12 @@ def make_backbone(model, attention="auto", *, graphs: bool = True):
         backend = TorchAttention(scale)
 
     if backend.name == "flashinfer" and device.type == "cuda":
-        fused = FusedBackbone(model, backend, graphs=graphs)
+        fused = FusedBackbone(model, backend, graphs=graphs, quantize=quantize)
         fused.capture()
         log.info("backbone: fused, FlashInfer (%s kernels), CUDA graphs %s", getattr(backend, "backend", "?"),
                  f"up to {fused.graph_max_tokens} tokens" if fused.graphs_enabled else "off")
         return fused
+    if quantize is not None:
+        raise QuantizationUnsupported(f"--quantize {quantize} needs the fused FlashInfer path, which is unavailable here")
     log.info("backbone: reference modules, %s attention on %s", backend.name, device.type)
     return OmniVoiceBackbone(model, backend)

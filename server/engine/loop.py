@@ -186,7 +186,7 @@ class EngineLoop:
             from server.engine.fused_backbone import make_backbone
         except ImportError:
             return OmniVoiceBackbone(self.model, attention)
-        return make_backbone(self.model, attention)
+        return make_backbone(self.model, attention, quantize=self.settings.quantize)
 
     @classmethod
     def load(cls, model_path: str, settings: EngineSettings, name: str = "engine0") -> "EngineLoop":
