@@ -110,19 +110,19 @@ def random_voice(seconds: float = 5.0, seed: int = 0):
 
 
 class StageTimer:
-    """Wraps the loop's canvas build, backbone and sampler with CUDA events and host clocks
+    """Wraps the step runner's canvas build, backbone and sampler with CUDA events and host clocks
     (no syncs added), and the codec's decode with host clocks; post-processing times come
     from the finisher, which measures them where they run (possibly another process)."""
 
     def __init__(self, engine):
-        import server.engine.loop as loop_module
+        import server.engine.runner as runner_module
 
-        self.engine, self.loop_module = engine, loop_module
+        self.engine, self.runner_module = engine, runner_module
         self.records: list[dict] = []
         self.decode_ms: list[float] = []
         self.post_ms: list[float] = []  # filled by restore()
         self._post_seen = engine.finisher.post_jobs
-        self._orig = (loop_module.build_packed_canvas, engine.backbone, engine.sampler.step, engine.codec.decode)
+        self._orig = (runner_module.build_packed_canvas, engine.backbone, engine.runner.sampler.step, engine.codec.decode)
         build, backbone, sampler_step, decode = self._orig
         timer = self
 
@@ -163,16 +163,16 @@ class StageTimer:
             timer.decode_ms.append((time.perf_counter() - t0) * 1e3)
             return out
 
-        loop_module.build_packed_canvas = timed_build
+        runner_module.build_packed_canvas = timed_build
         engine.backbone = TimedBackbone()
-        engine.sampler.step = timed_step
+        engine.runner.sampler.step = timed_step
         engine.codec.decode = timed_decode
 
     def restore(self) -> None:
         build, backbone, _, _ = self._orig
-        self.loop_module.build_packed_canvas = build
+        self.runner_module.build_packed_canvas = build
         self.engine.backbone = backbone
-        for obj, name in ((self.engine.sampler, "step"), (self.engine.codec, "decode")):
+        for obj, name in ((self.engine.runner.sampler, "step"), (self.engine.codec, "decode")):
             obj.__dict__.pop(name, None)
         new = self.engine.finisher.post_jobs - self._post_seen
         self.post_ms = list(self.engine.finisher.post_ms)[-new:] if new else []

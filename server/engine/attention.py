@@ -62,18 +62,29 @@ class TorchAttention:
         return out
 
 
-def make_attention_backend(kind: str, device: torch.device, dtype: torch.dtype, scale: float,
-                           num_q_heads: int, num_kv_heads: int, head_dim: int) -> AttentionBackend:
-    """`auto` picks FlashInfer on CUDA when it imports, else torch (logged)."""
-    if kind in ("auto", "flashinfer") and device.type == "cuda":
+def head_dim_of(llm_config) -> int:
+    """Per-head width of a Qwen3 config (`head_dim`, else hidden size over heads)."""
+    return getattr(llm_config, "head_dim", None) or llm_config.hidden_size // llm_config.num_attention_heads
+
+
+def make_attention_backend(kind: str, model) -> AttentionBackend:
+    """The attention for `model`'s device and dtype: `auto` picks FlashInfer on CUDA when it
+    imports (else torch, logged); `flashinfer` insists; `torch` is SDPA per document."""
+    if kind not in ("auto", "torch", "flashinfer"):
+        raise ValueError(f"unknown attention backend {kind!r}")
+    weight = model.audio_heads.weight
+    device, cfg = weight.device, model.llm.config
+    head_dim = head_dim_of(cfg)
+    if kind != "torch" and device.type == "cuda":
         try:
             from server.engine.flashinfer_attention import FlashInferAttention
+
+            return FlashInferAttention(device, weight.dtype, head_dim**-0.5, cfg.num_attention_heads,
+                                       cfg.num_key_value_heads, head_dim)
         except ImportError as exc:
             if kind == "flashinfer":
                 raise
             log.warning("FlashInfer unavailable (%s); using the torch attention backend", exc)
-        else:
-            return FlashInferAttention(device, dtype, scale, num_q_heads, num_kv_heads, head_dim)
     if kind == "flashinfer":
         raise RuntimeError("the FlashInfer attention backend needs a CUDA device")
-    return TorchAttention(scale)
+    return TorchAttention(head_dim**-0.5)

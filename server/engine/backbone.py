@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from server.engine.attention import AttentionBackend
+from server.engine.attention import AttentionBackend, head_dim_of
 from server.engine.canvas import PackedCanvas
 
 
@@ -24,8 +24,7 @@ class OmniVoiceBackbone:
         self.model = model
         self.llm = model.llm
         self.attention = attention
-        cfg = self.llm.config
-        self.head_dim = getattr(cfg, "head_dim", cfg.hidden_size // cfg.num_attention_heads)
+        self.head_dim = head_dim_of(self.llm.config)
         self.num_codebooks = model.config.num_audio_codebook
         self.vocab = model.config.audio_vocab_size
 

@@ -16,46 +16,24 @@ import multiprocessing
 import time
 from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 import torch
 
 from server.engine.codec import Codec, join_and_post_process, post_process
+from server.engine.commands import ChunkDecoded, Command, FinishFailed, WholeReady
+from server.engine.request import RequestState
 
 log = logging.getLogger("chorus.engine")
 
 
-@dataclass(frozen=True)
-class ChunkDecoded:
-    """A chunk's tokens (host copy) and its audio: post-processed, or raw in `whole` mode."""
-
-    state: object
-    index: int
-    tokens: np.ndarray
-    audio: np.ndarray
-    post_processed: bool
-
-
-@dataclass(frozen=True)
-class WholeReady:
-    """The cross-faded, post-processed audio of a whole request (`stream: whole`)."""
-
-    state: object
-    audio: np.ndarray
-
-
-@dataclass(frozen=True)
-class FinishFailed:
-    state: object
-    index: int
-    error: BaseException
-
-
 class Finisher:
-    def __init__(self, codec: Codec, device: torch.device, deliver: Callable[[object], None], workers: int = 2,
-                 processes: int = 0):
+    def __init__(self, codec: Codec, device: torch.device, deliver: Callable[[Command], None], workers: int = 2,
+                 processes: int | None = 0):
+        """`processes`: post-processing worker processes; None picks 2 on a GPU, none (threads) on CPU."""
+        if processes is None:
+            processes = 2 if device.type == "cuda" else 0
         self.codec = codec
         self.device = device
         self.deliver = deliver
@@ -72,7 +50,7 @@ class Finisher:
                 self._processes.submit(post_process, np.zeros((1, 2400), np.float32), None, False,
                                        codec.sample_rate)
 
-    def _post(self, fn, *args, on_done: Callable[[np.ndarray], object], state, index: int) -> None:
+    def _post(self, fn, *args, on_done: Callable[[np.ndarray], Command], state: RequestState, index: int) -> None:
         """Run `fn(*args)` in a worker process (or here), then deliver `on_done(result)`."""
         if self._processes is None:
             self.deliver(on_done(self._record(_timed(fn, *args))))
@@ -101,7 +79,7 @@ class Finisher:
             self._local.stream = torch.cuda.Stream(self.device)
         return self._local.stream
 
-    def decode(self, state, index: int, tokens: torch.Tensor, ready: torch.cuda.Event | None,
+    def decode(self, state: RequestState, index: int, tokens: torch.Tensor, ready: torch.cuda.Event | None,
                rms: float | None, postprocess: bool | None) -> None:
         """Decode `tokens` once `ready` (an event on the engine's stream) has passed.
 
@@ -109,7 +87,8 @@ class Finisher:
         """
         self._pool.submit(self._decode, state, index, tokens, ready, rms, postprocess)
 
-    def _decode(self, state, index, tokens, ready, rms, postprocess) -> None:
+    def _decode(self, state: RequestState, index: int, tokens: torch.Tensor, ready: torch.cuda.Event | None,
+                rms: float | None, postprocess: bool | None) -> None:
         try:
             stream = self._stream()
             with torch.cuda.stream(stream) if stream is not None else _nullcontext():
@@ -126,10 +105,10 @@ class Finisher:
             log.exception("decoding chunk %d failed", index)
             self.deliver(FinishFailed(state, index, exc))
 
-    def join(self, state, chunks: list[np.ndarray], rms: float | None, postprocess: bool) -> None:
+    def join(self, state: RequestState, chunks: list[np.ndarray], rms: float | None, postprocess: bool) -> None:
         self._pool.submit(self._join, state, chunks, rms, postprocess)
 
-    def _join(self, state, chunks, rms, postprocess) -> None:
+    def _join(self, state: RequestState, chunks: list[np.ndarray], rms: float | None, postprocess: bool) -> None:
         try:
             self._post(join_and_post_process, chunks, rms, postprocess, self.codec.sample_rate, state=state,
                        index=0, on_done=lambda audio: WholeReady(state, audio))

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from server.engine.attention import AttentionBackend, TorchAttention
+from server.engine.attention import AttentionBackend, head_dim_of, make_attention_backend
 from server.engine.canvas import PackedCanvas
 from server.engine.fp8 import Fp8Linear, QuantizationUnsupported, check_fp8_device, quantize_weight
 from server.engine.cuda_graphs import GRAPH_DOC_BUCKETS, GRAPH_TOKEN_BUCKETS, ForwardStats, StepGraphs, pad_doc_lens
@@ -65,7 +65,7 @@ class FusedBackbone:
         self.ops = ops if ops is not None else (FlashInferOps() if attention.name == "flashinfer" else TorchOps())
         cfg = model.llm.config
         self.num_q_heads, self.num_kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
-        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        self.head_dim = head_dim_of(cfg)
         self.eps = float(cfg.rms_norm_eps)
         rope = getattr(cfg, "rope_parameters", None) or {}
         self.rope_theta = float(rope.get("rope_theta") or getattr(cfg, "rope_theta", 10000.0))
@@ -231,33 +231,10 @@ def make_backbone(model, attention="auto", *, graphs: bool = True, quantize: str
     """
     from server.engine.backbone import OmniVoiceBackbone
 
-    weight = model.audio_heads.weight
-    device, dtype = weight.device, weight.dtype
+    device = model.audio_heads.weight.device
     if quantize == "fp8":
         check_fp8_device(device)
-    cfg = model.llm.config
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    scale = head_dim ** -0.5
-    if not isinstance(attention, str):
-        backend = attention
-    elif attention not in ("auto", "torch", "flashinfer"):
-        raise ValueError(f"unknown attention backend {attention!r}")
-    elif attention != "torch" and device.type == "cuda":
-        try:
-            from server.engine.flashinfer_attention import FlashInferAttention
-
-            backend = FlashInferAttention(device, dtype, scale, cfg.num_attention_heads,
-                                          cfg.num_key_value_heads, head_dim)
-        except ImportError as exc:
-            if attention == "flashinfer":
-                raise
-            log.warning("FlashInfer unavailable (%s): using the reference modules with torch attention", exc)
-            backend = TorchAttention(scale)
-    elif attention == "flashinfer":
-        raise RuntimeError("the FlashInfer backbone needs a CUDA device")
-    else:
-        backend = TorchAttention(scale)
-
+    backend = make_attention_backend(attention, model) if isinstance(attention, str) else attention
     if backend.name == "flashinfer" and device.type == "cuda":
         fused = FusedBackbone(model, backend, graphs=graphs, quantize=quantize)
         fused.capture()

@@ -1,8 +1,10 @@
 """Several engines behind one engine API: one `EngineLoop` per device.
 
-A new request goes, whole, to the engine with the least outstanding work (packed tokens x
-steps still to run of the requests it holds); all chunks of a request stay on that engine,
-since later chunks may take chunk 0 as their reference. Cancels follow the request.
+A new request goes, whole, to the engine with the least outstanding work: the work of the
+requests it holds, reserved at submission (about 2 x target tokens x steps per request) and
+released when the request ends. The pool keeps that count itself, under its lock, so two
+submits at once never both see an engine as idle. All chunks of a request stay on its
+engine, since later chunks may take chunk 0 as their reference. Cancels follow the request.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ from concurrent.futures import Future
 import numpy as np
 
 from server.config import EngineSettings
-from server.engine.loop import EngineLoop, EngineStats
-from server.engine.types import Accepted, EngineEvent, EventSink, Finished, RequestRejected, SynthesisRequest
+from server.engine.loop import EngineLoop
+from server.engine.types import (Accepted, EngineEvent, EngineStats, EventSink, Finished, RequestRejected,
+                                 SynthesisRequest)
 
 log = logging.getLogger("chorus.engine")
 
@@ -86,14 +89,6 @@ class EnginePool:
     def stop(self, timeout: float = 10.0) -> None:
         for engine in self.engines:
             engine.stop(timeout)
-
-    def drain(self, timeout: float) -> bool:
-        """Every engine takes no new work; wait (in parallel) for their in-flight work."""
-        import time
-
-        deadline = time.monotonic() + timeout
-        results = [engine.drain(max(0.0, deadline - time.monotonic())) for engine in self.engines]
-        return all(results)
 
     def submit(self, request: SynthesisRequest, sink: EventSink) -> Accepted:
         with self._lock:

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from server.engine.canvas import CanvasItem
-from server.engine.types import GenerationOptions, RequestRejected, SynthesisRequest, VoicePrompt
+from server.engine.types import EventSink, Finished, GenerationOptions, RequestRejected, SynthesisRequest, VoicePrompt
 from server.engine.upstream_names import (
     ZH_RE,
     chunk_text_punctuation,
@@ -147,14 +147,13 @@ class RequestState:
 
     request: SynthesisRequest
     plan: RequestPlan
-    sink: object
+    sink: EventSink
     seq: int
     seed: int
     submitted_at: float = field(default_factory=time.perf_counter)
     started_at: float | None = None
     first_audio_at: float | None = None
     steps_done: int = 0
-    cancelled: bool = False
     finished: bool = False
     raw_audio: dict[int, object] = field(default_factory=dict)
     # style + text token ids per chunk, tokenized once at submission (budget check)
@@ -176,6 +175,20 @@ class RequestState:
     @property
     def total_steps(self) -> int:
         return self.num_chunks * self.request.options.num_step
+
+    def ended(self, outcome: str, message: str | None, sample_rate: int) -> Finished:
+        """The request's one terminal event, with its timings (ms since submission)."""
+        now = time.perf_counter()
+        ms = lambda t: round((t - self.submitted_at) * 1000.0, 3)  # noqa: E731
+        return Finished(
+            request_id=self.request_id,
+            outcome=outcome,  # type: ignore[arg-type]
+            message=message,
+            audio_seconds=round(self.audio_samples / sample_rate, 4),
+            queue_ms=ms(self.started_at) if self.started_at else ms(now),
+            first_audio_ms=ms(self.first_audio_at) if self.first_audio_at else None,
+            total_ms=ms(now),
+        )
 
 
 @dataclass

@@ -1,10 +1,14 @@
-"""Admission: which utterances run in the next step.
+"""Admission and progress: which utterances run in the next step, and what a step changed.
 
 There is no prefill or decode phase, only work left against a budget: every running
 utterance costs its packed length in every step until its last. New utterances join at
 step boundaries, strictly first come first served (a waiting head that does not fit yet
 blocks those behind it, so nothing starves), within `max_batch_size` items and
 `max_packed_tokens` tokens.
+
+The scheduler owns the state changes of a step: `schedule()` says what runs, and
+`advance(step)` (what the runner launched) moves every stepped utterance one step on and
+retires those that took their last. It never touches a model, so it is tested with none.
 """
 
 from __future__ import annotations
@@ -12,8 +16,12 @@ from __future__ import annotations
 import bisect
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, NamedTuple
 
 from server.engine.request import Utterance
+
+if TYPE_CHECKING:
+    from server.engine.runner import LaunchedStep
 
 
 @dataclass(frozen=True)
@@ -25,6 +33,13 @@ class StepRecord:
     packed_tokens: int
     seconds: float
     admitted: int = 0
+
+
+class ScheduledBatch(NamedTuple):
+    """The utterances of the next step, and how many of them joined at this boundary."""
+
+    utts: list[Utterance]
+    admitted: int
 
 
 @dataclass(order=True)
@@ -50,7 +65,11 @@ class Scheduler:
     def running_tokens(self) -> int:
         return sum(u.packed_len for u in self.running)
 
-    def schedule(self) -> tuple[list[Utterance], int]:
+    @property
+    def waiting_utts(self) -> list[Utterance]:
+        return [w.utt for w in self.waiting]
+
+    def schedule(self) -> ScheduledBatch:
         """Admit from the head of the queue; return the step's utterances and how many joined."""
         budget = self.max_packed_tokens - self.running_tokens
         admitted = 0
@@ -62,19 +81,26 @@ class Scheduler:
             self.running.append(head)
             budget -= head.packed_len
             admitted += 1
-        return list(self.running), admitted
+        return ScheduledBatch(list(self.running), admitted)
+
+    def advance(self, step: "LaunchedStep") -> list[Utterance]:
+        """Each utterance the step launched moved one step on; retire and return those done."""
+        done = []
+        for utt in step.stepped:
+            utt.step += 1
+            if utt.finished:
+                done.append(utt)
+        self.retire(done)
+        return done
 
     def retire(self, utts: list[Utterance]) -> None:
         gone = {id(u) for u in utts}
         self.running = [u for u in self.running if id(u) not in gone]
 
-    def drop_request(self, request_id: str) -> list[Utterance]:
-        """Remove every utterance of a request (cancel / failure); return them."""
-        dropped = [u for u in self.running if u.state.request_id == request_id]
-        dropped += [w.utt for w in self.waiting if w.utt.state.request_id == request_id]
+    def drop_request(self, request_id: str) -> None:
+        """Remove every utterance of a request (cancel / failure)."""
         self.running = [u for u in self.running if u.state.request_id != request_id]
         self.waiting = [w for w in self.waiting if w.utt.state.request_id != request_id]
-        return dropped
 
     def __len__(self) -> int:
         return len(self.running) + len(self.waiting)

@@ -77,6 +77,19 @@ class RequestRejected(ValueError):
         self.code = code
 
 
+@dataclass(frozen=True)
+class EngineStats:
+    """One engine's load, for metrics (the pool routes on its own reservations)."""
+
+    name: str
+    waiting_items: int
+    running_items: int
+    requests_inflight: int
+    steps_total: int
+    packed_tokens_last_step: int
+    step_seconds_last: float
+
+
 # ---- events, delivered to the request's sink from the engine thread --------------------
 
 

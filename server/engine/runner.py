@@ -1,0 +1,181 @@
+"""The step runner: one scheduled batch in, one launched step out.
+
+`StepRunner.run(utts)` packs the batch's canvases, runs the forward and the sampler (which
+reveals each utterance's tokens in place), and queues a non-blocking copy of the per-item
+finiteness flags to the host. Nothing here waits for the device. A batch that raises is
+retried in halves until the culprit is alone, and out-of-memory lowers a cap on packed
+tokens per forward; neither changes any utterance's tokens (the sampler writes only after
+all of a step's picks are computed), so a retried half is never stepped twice.
+
+The runner owns no request state: what the step did comes back as a `LaunchedStep`, and
+the scheduler (`advance`) and the loop (settle, finish) act on it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from server.engine.canvas import build_packed_canvas
+from server.engine.request import Utterance
+from server.engine.sampler import Sampler
+
+log = logging.getLogger("chorus.engine")
+
+CAP_RELAX_AFTER_STEPS = 200  # clean steps before the out-of-memory cap grows by a quarter
+
+
+class StepTimer:
+    """Wall time of a step's device work: CUDA events on a GPU, the clock elsewhere."""
+
+    def __init__(self, device: torch.device):
+        self._cuda = device.type == "cuda"
+        if self._cuda:
+            self._start = torch.cuda.Event(enable_timing=True)
+            self._end = torch.cuda.Event(enable_timing=True)
+            self._start.record()
+        else:
+            self._t0 = time.perf_counter()
+
+    def stop(self) -> None:
+        if self._cuda:
+            self._end.record()
+        else:
+            self._elapsed = time.perf_counter() - self._t0
+
+    def seconds(self) -> float:
+        if self._cuda:
+            self._end.synchronize()
+            return self._start.elapsed_time(self._end) / 1000.0
+        return self._elapsed
+
+
+@dataclass
+class LaunchedPart:
+    """Utterances stepped by one forward, and their (not yet read) finiteness flags."""
+
+    utts: list[Utterance]
+    finite: torch.Tensor  # (items,) bool, on the host once `ready` has passed
+    step_numbers: list[int]  # each utterance's step number, 1..num_step, after this step
+    ready: torch.cuda.Event | None = None
+
+
+@dataclass(frozen=True)
+class FailedItem:
+    """An utterance whose step raised even alone: its request must end with `error`."""
+
+    utt: Utterance
+    error: BaseException
+
+
+@dataclass
+class LaunchedStep:
+    """What one `run` queued on the device: the contract between runner, scheduler and loop."""
+
+    parts: list[LaunchedPart]
+    failed: list[FailedItem] = field(default_factory=list)
+    timer: StepTimer | None = None
+    items: int = 0  # utterances scheduled
+    packed_tokens: int = 0  # their packed tokens
+
+    @property
+    def stepped(self) -> list[Utterance]:
+        """Every utterance that advanced one step."""
+        return [utt for part in self.parts for utt in part.utts]
+
+
+def is_oom(exc: BaseException) -> bool:
+    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
+
+
+class StepRunner:
+    def __init__(self, backbone, sampler: Sampler, device: torch.device, max_packed_tokens: int):
+        self.backbone = backbone
+        self.sampler = sampler
+        self.device = device
+        self.max_packed_tokens = max_packed_tokens
+        self.oom_cap: int | None = None  # packed tokens per forward after an out-of-memory error
+        self._clean_steps = 0
+
+    @classmethod
+    def for_model(cls, model, attention: str, max_packed_tokens: int, quantize: str | None = None) -> "StepRunner":
+        """The backbone (`make_backbone`: `attention`, `quantize`) and the sampler, on the model's device."""
+        from server.engine.fused_backbone import make_backbone
+
+        device = model.audio_heads.weight.device
+        if device.type == "cuda":
+            with torch.cuda.device(device):  # kernels checked and graphs captured on this GPU
+                backbone = make_backbone(model, attention, quantize=quantize)
+        else:
+            backbone = make_backbone(model, attention, quantize=quantize)
+        sampler = Sampler(model.config.audio_mask_id, model.config.num_audio_codebook, device)
+        return cls(backbone, sampler, device, max_packed_tokens)
+
+    def run(self, utts: list[Utterance]) -> LaunchedStep:
+        """Queue one step of every utterance in `utts` (each advances exactly one step)."""
+        timer = StepTimer(self.device)
+        step = LaunchedStep(parts=[], timer=timer, items=len(utts), packed_tokens=sum(u.packed_len for u in utts))
+        for group in self._split_for_memory(utts):
+            step.parts += self._launch(group, step.failed)
+        timer.stop()
+        return step
+
+    def _split_for_memory(self, utts: list[Utterance]) -> list[list[Utterance]]:
+        """Groups whose packed length fits the memory cap learnt from out-of-memory errors.
+
+        A capped step just runs as several forwards; the cap relaxes after clean steps.
+        """
+        if self.oom_cap is None:
+            return [utts]
+        self._clean_steps += 1
+        if self._clean_steps >= CAP_RELAX_AFTER_STEPS:
+            self._clean_steps = 0
+            grown = self.oom_cap * 5 // 4
+            self.oom_cap = None if grown >= self.max_packed_tokens else grown
+            if self.oom_cap is None:
+                return [utts]
+        groups: list[list[Utterance]] = [[]]
+        size = 0
+        for utt in utts:
+            if groups[-1] and size + utt.packed_len > self.oom_cap:
+                groups.append([])
+                size = 0
+            groups[-1].append(utt)
+            size += utt.packed_len
+        return groups
+
+    def _launch(self, utts: list[Utterance], failed: list[FailedItem]) -> list[LaunchedPart]:
+        """Queue one forward for `utts`; on failure, split the batch to isolate the culprit."""
+        try:
+            canvas = build_packed_canvas([u.item for u in utts], self.device)
+            logits = self.backbone(canvas)
+            finite = self.sampler.step(logits, canvas, utts)
+        except Exception as exc:  # noqa: BLE001 - isolate to the item(s) at fault
+            if is_oom(exc):
+                self._lower_cap(sum(u.packed_len for u in utts))
+            if len(utts) == 1:
+                log.exception("request %s: step failed", utts[0].state.request_id)
+                failed.append(FailedItem(utts[0], exc))
+                return []
+            log.warning("step of %d items failed (%s); retrying in halves", len(utts), exc)
+            half = len(utts) // 2
+            return self._launch(utts[:half], failed) + self._launch(utts[half:], failed)
+        ready = None
+        if finite.device.type != "cpu":
+            host = torch.empty(finite.shape, dtype=finite.dtype, pin_memory=True)
+            host.copy_(finite, non_blocking=True)
+            ready = torch.cuda.Event()
+            ready.record()
+            finite = host
+        return [LaunchedPart(utts, finite, [u.step + 1 for u in utts], ready)]
+
+    def _lower_cap(self, tokens: int) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        half = max(1, tokens // 2)
+        self.oom_cap = half if self.oom_cap is None else min(self.oom_cap, half)
+        self._clean_steps = 0
+        log.warning("out of memory at %d packed tokens; capping steps at %d", tokens, self.oom_cap)

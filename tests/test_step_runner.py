@@ -1,0 +1,94 @@
+"""The step runner on the tiny checkpoint: out-of-memory caps, retry in halves, the
+launched step it hands back (moved here from test_engine_scheduling.py with the runner)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from server.config import EngineSettings
+from server.engine.loop import EngineLoop
+from server.engine.request import RequestState, build_utterance, packed_len_of, plan_request
+from server.engine.types import GenerationOptions, SynthesisRequest
+from tests.engine_helpers import Collector
+
+TEXT = "The budget test sentence, of a modest length."
+
+
+@pytest.fixture(scope="module")
+def model(tiny_checkpoint):
+    from server.checkpoint import load_omnivoice
+
+    return load_omnivoice(str(tiny_checkpoint), "cpu", "float32")
+
+
+def _engine(model, **settings) -> EngineLoop:
+    eng = EngineLoop(model, EngineSettings(**settings))
+    eng.start()
+    return eng
+
+
+def _state(model, rid: str, seq: int, num_step: int = 4) -> RequestState:
+    request = SynthesisRequest(rid, TEXT, options=GenerationOptions(num_step=num_step, seed=seq))
+    state = RequestState(request=request, plan=plan_request(model, request, 25), sink=None, seq=seq, seed=seq)
+    packed_len_of(model, state, 0)
+    return state
+
+
+def _packed_len(eng: EngineLoop, request: SynthesisRequest) -> int:
+    plan = plan_request(eng.model, request, eng.frame_rate)
+    state = RequestState(request=request, plan=plan, sink=None, seq=0, seed=0)
+    return packed_len_of(eng.model, state, 0)
+
+
+def test_out_of_memory_shrinks_the_step_instead_of_failing(model):
+    eng = _engine(model)
+    try:
+        real_forward = eng.backbone.forward
+        limit = {"tokens": None}
+
+        def forward_with_small_memory(canvas):
+            if limit["tokens"] is not None and canvas.total_len > limit["tokens"]:
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+            return real_forward(canvas)
+
+        eng.backbone = forward_with_small_memory
+        c = Collector()
+        ids = [f"o{i}" for i in range(4)]
+        probe = _packed_len(eng, SynthesisRequest("x", TEXT, options=GenerationOptions(num_step=6)))
+        limit["tokens"] = int(probe * 2.5)  # "memory" for two at a time
+        for rid in ids:
+            eng.submit(SynthesisRequest(rid, TEXT, options=GenerationOptions(num_step=6)), c)
+        c.wait(ids)
+        assert [c.outcome(r) for r in ids] == ["done"] * 4
+        assert eng.runner.oom_cap is not None and eng.runner.oom_cap <= limit["tokens"]
+    finally:
+        eng.stop()
+
+
+def test_run_isolates_a_failing_item_and_steps_the_rest_once(model):
+    """The runner's contract: the culprit comes back in `failed`, every other utterance is in
+    exactly one launched part with its next step number, and its canvas moved one step."""
+    from server.engine.runner import StepRunner
+
+    runner = StepRunner.for_model(model, "torch", 100_000)
+    states = [_state(model, f"r{i}", i) for i in range(5)]
+    utts = [build_utterance(model, s, 0, None, torch.device("cpu")) for s in states]
+    real = runner.backbone
+
+    def chokes_on_r3(canvas):
+        if any(item.item_id.startswith("r3#") for item in canvas.items):
+            raise RuntimeError("simulated")
+        return real(canvas)
+
+    runner.backbone = chokes_on_r3
+    step = runner.run(utts)
+    assert [f.utt.state.request_id for f in step.failed] == ["r3"]
+    assert sorted(u.state.request_id for u in step.stepped) == ["r0", "r1", "r2", "r4"]
+    assert step.items == 5 and step.packed_tokens == sum(u.packed_len for u in utts)
+    for part in step.parts:
+        assert part.step_numbers == [1] * len(part.utts) and part.finite.tolist() == [True] * len(part.utts)
+    mask_id = model.config.audio_mask_id
+    revealed = {u.state.request_id: int((u.item.tokens != mask_id).sum()) for u in utts}
+    assert revealed["r3"] == 0  # the failed item's canvas is untouched
+    assert all(revealed[r] == utts[0].schedule[0] for r in ("r0", "r1", "r2", "r4"))
