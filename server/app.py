@@ -39,9 +39,7 @@ async def load_engines(cfg: ServerConfig) -> Engine:
     from server.engine.pool import EnginePool
 
     assert cfg.model, "the model is resolved before the app starts"
-    pool = await asyncio.to_thread(EnginePool.load, cfg.model, cfg.engine)
-    if cfg.asr_model:
-        await asyncio.to_thread(pool.load_asr, cfg.asr_model)
+    pool = await asyncio.to_thread(EnginePool.load, cfg.model, cfg.engine, cfg.asr_model)
     pool.start()
     log.info("engines ready", extra={"engines": len(pool.engines), "device": cfg.engine.device, "model": cfg.model})
     return pool

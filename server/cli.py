@@ -99,6 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="put the API key in the demo page so it works without typing it; anyone who can "
                             "load the page then has the key (private deployments only)")
     serve.add_argument("--attention", choices=["auto", "torch", "flashinfer"], default="auto")
+    serve.add_argument("--engine-processes", choices=["auto", "yes", "no"], default="auto",
+                       help="run each device's engine in its own process (auto: when serving several GPUs, "
+                            "so their step loops do not share one interpreter lock)")
     serve.add_argument("--quantize", choices=["none", "fp8"], default="none",
                        help="fp8: the layers' projections in FP8 on a Hopper GPU (faster, not bit-exact; "
                             "fidelity in docs/performance.md); none: the --dtype weights as they are")
@@ -151,6 +154,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     cfg.engine.max_packed_tokens = args.max_packed_tokens
     cfg.engine.attention = args.attention
     cfg.engine.quantize = None if args.quantize == "none" else args.quantize
+    cfg.engine.engine_processes = {"auto": None, "yes": True, "no": False}[args.engine_processes]
     return cfg
 
 

@@ -50,12 +50,24 @@ class EnginePool:
         self._cost: dict[str, int] = {}
 
     @classmethod
-    def load(cls, model_path: str, settings: EngineSettings) -> "EnginePool":
+    def load(cls, model_path: str, settings: EngineSettings, asr_model: str | None = None) -> "EnginePool":
+        """One engine per device; each in its own process (`engine_processes`, by default when
+        there are several devices: one GIL per GPU), else a thread of this one."""
         from dataclasses import replace
 
+        devices = expand_devices(settings.device)
+        own_process = settings.engine_processes if settings.engine_processes is not None else len(devices) > 1
         engines = []
-        for index, device in enumerate(expand_devices(settings.device)):
-            engines.append(EngineLoop.load(model_path, replace(settings, device=device), name=f"engine{index}"))
+        for index, device in enumerate(devices):
+            one = replace(settings, device=device)
+            if own_process:
+                from server.engine.process import EngineProcess
+
+                engines.append(EngineProcess(model_path, one, f"engine{index}", asr_model))
+            else:
+                engines.append(EngineLoop.load(model_path, one, name=f"engine{index}"))
+                if asr_model:
+                    engines[-1].model.load_asr_model(asr_model)
         return cls(engines)
 
     # the single-engine API ------------------------------------------------------------
@@ -75,12 +87,6 @@ class EnginePool:
     @property
     def ready(self) -> bool:
         return all(e.ready for e in self.engines)
-
-    def load_asr(self, model_name: str) -> None:
-        """Load the Whisper model that transcribes voices uploaded without a transcript
-        (the reference's own `load_asr_model`), before the engine threads start."""
-        for engine in self.engines:
-            engine.model.load_asr_model(model_name)
 
     def start(self) -> None:
         for engine in self.engines:

@@ -1,0 +1,254 @@
+"""One engine in its own process, behind the engine API (`--engine-processes`).
+
+With one engine thread per GPU in a single process, every step thread competes for one GIL
+with the others and with the event loop: two H200s gave 1.13x one. Here each GPU's
+`EngineLoop` runs in a spawned child process; the parent keeps the same API (`submit`,
+`cancel`, `encode_voice`, `stats`), so the pool routes to it as to a thread.
+
+The wire between them is a `multiprocessing` pipe of pickled tuples:
+- parent -> child: `("submit", call, request)`, `("cancel", request_id)`,
+  `("encode", call, audio, rate, text)`, `("stats", call)`, `("stop",)`;
+- child -> parent: `("reply", call, ok, value)` answers a call, `("event", event)` carries an
+  engine event (progress, tokens, audio, finished) for the request's sink.
+
+A child that dies (killed, crashed, out of memory) is noticed by the parent's reader as the
+pipe closing: every request it held ends with `error` ("the engine process died"), waiting
+calls fail with `busy`, and a new child is started; the other engines never notice.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import multiprocessing
+import threading
+import time
+from concurrent.futures import Future
+from typing import Any
+
+import numpy as np
+
+from server.config import EngineSettings
+from server.engine.types import Accepted, EngineEvent, EventSink, Finished, RequestRejected, SynthesisRequest
+
+log = logging.getLogger("chorus.engine")
+CALL_TIMEOUT_S = 60.0
+DIED = "the engine process died; this request was lost with it"
+
+
+def _child_main(conn, model_path: str, settings: EngineSettings, name: str, asr_model: str | None) -> None:
+    """The child: load the engine, then serve the parent's commands until `stop` or EOF."""
+    import logging as _logging
+
+    from server.engine.loop import EngineLoop
+
+    _logging.basicConfig(level="WARNING", format=f"%(asctime)s %(levelname)s {name}: %(message)s")
+    send_lock = threading.Lock()
+
+    def send(message: tuple) -> None:
+        with send_lock:
+            conn.send(message)
+
+    try:
+        engine = EngineLoop.load(model_path, settings, name)
+        if asr_model:
+            engine.model.load_asr_model(asr_model)
+        engine.start()
+    except BaseException as exc:  # noqa: BLE001 - the parent reports it
+        send(("failed", f"{type(exc).__name__}: {exc}"))
+        return
+    send(("ready", {"sample_rate": engine.sample_rate, "frame_rate": engine.frame_rate,
+                    "model_name": engine.model_name, "random": engine.is_random_checkpoint}))
+    sink = lambda event: send(("event", event))  # noqa: E731 - called on the engine thread
+
+    def reply_when_done(call: int, future: Future) -> None:
+        def done(f: Future) -> None:
+            try:
+                send(("reply", call, True, f.result()))
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                send(("reply", call, False, exc))
+        future.add_done_callback(done)
+
+    try:
+        while True:
+            try:
+                message = conn.recv()
+            except EOFError:
+                return
+            kind = message[0]
+            if kind == "stop":
+                return
+            if kind == "cancel":
+                engine.cancel(message[1])
+            elif kind == "submit":
+                try:
+                    send(("reply", message[1], True, engine.submit(message[2], sink)))
+                except Exception as exc:  # noqa: BLE001 - RequestRejected, or a bug: the caller's
+                    send(("reply", message[1], False, exc))
+            elif kind == "encode":
+                _, call, audio, rate, text = message
+                reply_when_done(call, engine.encode_voice(audio, rate, text))
+            elif kind == "stats":
+                send(("reply", message[1], True, (engine.stats(), list(engine.step_log)[-256:])))
+    finally:
+        engine.stop()
+
+
+class EngineProcess:
+    """The parent's handle on one engine process; same API as `EngineLoop`."""
+
+    def __init__(self, model_path: str, settings: EngineSettings, name: str = "engine0",
+                 asr_model: str | None = None):
+        self.model_path, self.settings, self.name, self.asr_model = model_path, settings, name, asr_model
+        self._ctx = multiprocessing.get_context("spawn")  # never fork a process that holds CUDA state
+        self._lock = threading.Lock()
+        self._send_lock = threading.Lock()
+        self._calls: dict[int, Future] = {}
+        self._sinks: dict[str, EventSink] = {}
+        self._ids = itertools.count()
+        self._stopping = False
+        self.restarts = 0
+        self.ready = False
+        self.step_log: list = []
+        self._last_stats = None
+        self._spawn()
+
+    # ---- the child's life -------------------------------------------------------------
+
+    def _spawn(self) -> None:
+        parent, child = self._ctx.Pipe()
+        self.proc = self._ctx.Process(target=_child_main, name=f"chorus-{self.name}", daemon=True,
+                                      args=(child, self.model_path, self.settings, self.name, self.asr_model))
+        self.proc.start()
+        child.close()
+        try:
+            status, info = parent.recv()
+        except EOFError:
+            status, info = "failed", f"exit code {self.proc.join(5) or self.proc.exitcode}"
+        if status != "ready":
+            raise RuntimeError(f"{self.name}: the engine process did not start ({info})")
+        self.sample_rate, self.frame_rate = info["sample_rate"], info["frame_rate"]
+        self.model_name, self.is_random_checkpoint = info["model_name"], info["random"]
+        self._conn = parent
+        self._reader = threading.Thread(target=self._read, args=(parent,), name=f"chorus-{self.name}-reader",
+                                        daemon=True)
+        self._reader.start()
+        self.ready = True
+
+    def _read(self, conn) -> None:
+        while True:
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):
+                break
+            if message[0] == "event":
+                self._deliver(message[1])
+            elif message[0] == "reply":
+                _, call, ok, value = message
+                with self._lock:
+                    future = self._calls.pop(call, None)
+                if future is not None:
+                    future.set_result(value) if ok else future.set_exception(value)
+        if not self._stopping:
+            self._child_died()
+
+    def _deliver(self, event: EngineEvent) -> None:
+        with self._lock:
+            sink = self._sinks.get(event.request_id)
+            if isinstance(event, Finished):
+                self._sinks.pop(event.request_id, None)
+        if sink is not None:
+            try:
+                sink(event)
+            except Exception:  # noqa: BLE001 - a consumer's bug must not stop the reader
+                log.exception("%s: event sink failed", self.name)
+
+    def _child_died(self) -> None:
+        """Fail what the dead child held, then start a new one (the other engines go on)."""
+        self.ready = False
+        self.proc.join(1)
+        log.error("%s: the engine process died (exit code %s); restarting it", self.name, self.proc.exitcode)
+        with self._lock:
+            calls, self._calls = self._calls, {}
+            sinks, self._sinks = self._sinks, {}
+        for future in calls.values():
+            future.set_exception(RequestRejected("the engine restarted; try again", code="busy"))
+        for request_id, sink in sinks.items():
+            try:
+                sink(Finished(request_id, "error", DIED))
+            except Exception:  # noqa: BLE001
+                log.exception("%s: event sink failed", self.name)
+        while not self._stopping:
+            try:
+                self._spawn()
+                self.restarts += 1
+                return
+            except Exception:  # noqa: BLE001 - keep trying, but not in a tight loop
+                log.exception("%s: restarting the engine process failed", self.name)
+                time.sleep(5.0)
+
+    def _call(self, *message: Any) -> Future:
+        future: Future = Future()
+        call = next(self._ids)
+        with self._lock:
+            self._calls[call] = future
+        try:
+            self._send((message[0], call, *message[1:]))
+        except OSError:
+            with self._lock:
+                self._calls.pop(call, None)
+            future.set_exception(RequestRejected("the engine is restarting; try again", code="busy"))
+        return future
+
+    def _send(self, message: tuple) -> None:
+        with self._send_lock:
+            self._conn.send(message)
+
+    # ---- the engine API ---------------------------------------------------------------
+
+    def start(self) -> None:
+        """The child starts its engine as soon as it has loaded it."""
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stopping = True
+        self.ready = False
+        try:
+            self._send(("stop",))
+        except OSError:
+            pass
+        self.proc.join(timeout)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(5)
+
+    def submit(self, request: SynthesisRequest, sink: EventSink) -> Accepted:
+        with self._lock:  # events may come before the reply: the sink is in place first
+            if request.request_id in self._sinks:
+                raise RequestRejected(f"id: {request.request_id!r} is already in flight", field="id",
+                                      code="duplicate_id")
+            self._sinks[request.request_id] = sink
+        try:
+            return self._call("submit", request).result(CALL_TIMEOUT_S)
+        except BaseException:
+            with self._lock:
+                self._sinks.pop(request.request_id, None)
+            raise
+
+    def cancel(self, request_id: str) -> None:
+        try:
+            self._send(("cancel", request_id))
+        except OSError:
+            pass  # the child is gone: its requests end with error
+
+    def encode_voice(self, audio: np.ndarray, sample_rate: int, text: str | None) -> Future:
+        return self._call("encode", audio, sample_rate, text)
+
+    def stats(self):
+        """The child's stats (and its recent steps, for the metrics); while it restarts, the
+        last ones it sent."""
+        try:
+            self._last_stats, self.step_log = self._call("stats").result(CALL_TIMEOUT_S)
+        except RequestRejected:
+            if self._last_stats is None:
+                raise
+        return self._last_stats
