@@ -1,15 +1,32 @@
-// The Chorus demo page: compose a request, pick or make a voice, stream and play the audio.
+// The Chorus demo page: wiring. The parts live in their own modules (knobs, voice library,
+// field errors, playback queue, live mode, job cards); this one holds the page's state in
+// one object and connects the parts to the form and the WebSocket.
 
 import { audioContext, stats } from "./audio.js";
 import { Connection } from "./connection.js";
 import { composeInstruct, fillDesignSelects } from "./design.js";
+import { $, announce } from "./dom.js";
+import { FieldErrors, errorTarget } from "./field-errors.js";
 import { Job } from "./jobs.js";
-import { KNOBS, PACING, charCount, errorTarget, synthesizeFrame } from "./protocol.js";
-import { Recorder, VoicesApi } from "./voices.js";
+import { Knobs, optionTable } from "./knobs.js";
+import { VoiceLibrary } from "./library.js";
+import { LiveSession } from "./live.js";
+import { PlaybackQueue } from "./playback.js";
+import { charCount, exactJson, synthesizeFrame } from "./protocol.js";
+import { VoicesApi } from "./voices.js";
 
-const $ = (id) => document.getElementById(id);
 const boot = JSON.parse($("chorus-boot").textContent);
-const limits = { max_text_chars: 5000, max_inflight: 16, max_num_step: 64, ...(boot.limits || {}) };
+
+// Everything about this page that changes while it is open.
+const state = {
+  boot,
+  limits: { max_text_chars: 5000, max_inflight: 16, max_num_step: 64, ...(boot.limits || {}) },
+  jobs: new Map(), // request id -> Job
+  seq: 0, // requests made by this page
+  session: Math.random().toString(36).slice(2, 8), // request ids are `${session}-${seq}`
+  everConnected: false,
+  countdown: null, // the reconnect banner's timer
+};
 
 // ---------------------------------------------------------------------------- API key
 
@@ -21,9 +38,7 @@ function storedKey() {
     return "";
   }
 }
-function apiKey() {
-  return storedKey() || boot.api_key || "";
-}
+const apiKey = () => storedKey() || boot.api_key || "";
 function authHeaders() {
   const key = apiKey();
   return key ? { Authorization: `Bearer ${key}` } : {};
@@ -34,76 +49,44 @@ function streamUrl() {
   return `${scheme}//${location.host}/v1/stream${key ? `?api_key=${encodeURIComponent(key)}` : ""}`;
 }
 
-// ---------------------------------------------------------------------------- messages
+// ---------------------------------------------------------------------------- parts
 
-const announcer = $("announcer");
-function announce(text) {
-  announcer.textContent = "";
-  setTimeout(() => {
-    announcer.textContent = text;
-  }, 30);
-}
-
-const FIELD_CONTROLS = {
-  text: "text",
-  voice: "voice-fieldset",
-  instruct: "design-gender",
-  language: "language",
-  form: "generate",
-};
-
-function errorElementFor(target) {
-  if (target === "speed" || target === "duration") return $("knob-pacing-error");
-  if (KNOBS.some((k) => k.name === target)) return $(`knob-${target}-error`);
-  return $(`${target}-error`) || $("form-error");
-}
-
-function controlFor(target) {
-  if (target === "speed" || target === "duration") return $("pacing-value");
-  if (KNOBS.some((k) => k.name === target)) return $(`knob-${target}`);
-  return $(FIELD_CONTROLS[target] || "generate");
-}
-
-function showFieldError(target, message) {
-  const el = errorElementFor(target);
-  el.textContent = message;
-  el.hidden = false;
-  const control = controlFor(target);
-  if (control && control.tagName !== "BUTTON") control.setAttribute("aria-invalid", "true");
-  if (el.closest("#advanced")) $("advanced").open = true;
+const knobsRef = { current: null };
+const errors = new FieldErrors(() => knobsRef.current?.names() || new Set());
+errors.onShow = (target, errorEl) => {
+  if (errorEl.closest("#advanced")) $("advanced").open = true;
   if (target === "instruct") setVoiceMode("design");
-}
+};
+const knobs = new Knobs($("knobs"), optionTable(boot), boot.page_defaults, errors);
+knobsRef.current = knobs;
+knobs.build();
+$("reset-knobs").addEventListener("click", () => knobs.reset());
+knobs.changed();
 
-function clearFieldError(target) {
-  const el = errorElementFor(target);
-  el.hidden = true;
-  el.textContent = "";
-  controlFor(target)?.removeAttribute("aria-invalid");
-}
-
-function clearAllFieldErrors() {
-  for (const t of ["text", "voice", "instruct", "language", "form", "speed", ...KNOBS.map((k) => k.name)]) {
-    clearFieldError(t);
-  }
-}
+const api = new VoicesApi(authHeaders);
+const library = new VoiceLibrary(api, () => errors.clear("voice"));
+const queue = new PlaybackQueue();
+$("play-one-at-a-time").addEventListener("change", (ev) => {
+  queue.oneAtATime = ev.target.checked;
+});
 
 // ---------------------------------------------------------------------------- text
 
 const textEl = $("text");
-const countEl = $("char-count");
 
 function updateCount() {
   const n = charCount(textEl.value);
-  const max = limits.max_text_chars;
+  const max = state.limits.max_text_chars;
+  const countEl = $("char-count");
   countEl.textContent = `${n.toLocaleString()} / ${max.toLocaleString()}`;
   const over = n > max;
   countEl.classList.toggle("over", over);
   countEl.classList.toggle("near", !over && n > max * 0.9);
-  if (over) showFieldError("text", `${(n - max).toLocaleString()} characters over the server's limit of ${max.toLocaleString()}.`);
-  else if ($("text-error").dataset.kind !== "server") clearFieldError("text");
+  if (over) errors.show("text", `${(n - max).toLocaleString()} characters over the server's limit of ${max.toLocaleString()}.`);
+  else if (!errors.fromServer("text")) errors.clear("text");
 }
 textEl.addEventListener("input", () => {
-  $("text-error").dataset.kind = "";
+  errors.clear("text");
   updateCount();
 });
 textEl.addEventListener("keydown", (ev) => {
@@ -113,28 +96,30 @@ textEl.addEventListener("keydown", (ev) => {
   }
 });
 
-// ---------------------------------------------------------------------------- voice mode
-
-function voiceMode() {
-  return document.querySelector('input[name="voice-mode"]:checked').value;
+function applyLimits() {
+  $("max-chars").textContent = state.limits.max_text_chars.toLocaleString();
+  knobs.applyLimits(state.limits);
+  updateCount();
 }
+applyLimits();
+
+// ---------------------------------------------------------------------------- voice
+
+const voiceMode = () => document.querySelector('input[name="voice-mode"]:checked').value;
 
 function setVoiceMode(mode) {
   const radio = document.querySelector(`input[name="voice-mode"][value="${mode}"]`);
   if (radio && !radio.checked) radio.checked = true;
   for (const panel of document.querySelectorAll(".voice-panel")) panel.hidden = panel.dataset.mode !== mode;
-  if (mode === "library" && !voicesLoaded) refreshVoices();
+  if (mode === "library" && !library.loaded) library.refresh();
 }
-
 for (const radio of document.querySelectorAll('input[name="voice-mode"]')) {
   radio.addEventListener("change", () => {
-    clearFieldError("voice");
-    clearFieldError("instruct");
+    errors.clear("voice");
+    errors.clear("instruct");
     setVoiceMode(voiceMode());
   });
 }
-
-// ---------------------------------------------------------------------------- voice design
 
 const designPanel = $("panel-design");
 fillDesignSelects(designPanel);
@@ -142,244 +127,81 @@ function updateInstruct() {
   const instruct = composeInstruct(designPanel);
   $("instruct-preview").textContent = instruct || "(none: pick at least one)";
   $("instruct-preview").classList.toggle("empty", !instruct);
-  clearFieldError("instruct");
+  errors.clear("instruct");
 }
-for (const el of designPanel.querySelectorAll("[data-design]")) el.addEventListener("change", updateInstruct);
+for (const input of designPanel.querySelectorAll("[data-design]")) input.addEventListener("change", updateInstruct);
 updateInstruct();
+$("language").addEventListener("change", () => errors.clear("language"));
 
-// ---------------------------------------------------------------------------- knobs
-
-const knobsEl = $("knobs");
-
-function el(tag, attrs = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    if (v === null || v === undefined || v === false) continue;
-    if (k === "text") node.textContent = v;
-    else if (k === "className") node.className = v;
-    else node.setAttribute(k, v === true ? "" : String(v));
-  }
-  node.append(...children);
-  return node;
-}
-
-function knobHint(k) {
-  const def = k.kind === "bool" ? (k.def ? "on" : "off") : k.def === null ? "random" : String(k.def);
-  return `Default ${def}${k.range ? ` · ${k.range}` : ""}. ${k.help}`;
-}
-
-function buildKnobs() {
-  const toggles = [];
-  for (const k of KNOBS) {
-    const id = `knob-${k.name}`;
-    const describedBy = `${id}-hint ${id}-error`;
-    let wrap;
-    if (k.kind === "bool") {
-      wrap = el(
-        "div",
-        { className: "field compact knob toggle", "data-knob": k.name },
-        el(
-          "label",
-          { for: id },
-          el("input", { type: "checkbox", id, name: k.name, checked: k.def, "aria-describedby": describedBy }),
-          el("span", { text: k.label }),
-        ),
-        el("p", { className: "hint", id: `${id}-hint`, text: knobHint(k) }),
-        el("p", { className: "field-error", id: `${id}-error`, hidden: true }),
-      );
-    } else {
-      const input =
-        k.kind === "seed"
-          ? el("input", {
-              type: "text", id, name: k.name, inputmode: "numeric", autocomplete: "off",
-              placeholder: "random", spellcheck: "false", "aria-describedby": describedBy,
-            })
-          : el("input", {
-              type: "number", id, name: k.name, value: k.def, min: k.min, max: k.max, step: k.step,
-              inputmode: k.kind === "int" ? "numeric" : "decimal", "aria-describedby": describedBy,
-            });
-      wrap = el(
-        "div",
-        { className: "field compact knob", "data-knob": k.name },
-        el("label", { for: id, text: k.label }),
-        input,
-        el("p", { className: "hint", id: `${id}-hint`, text: knobHint(k) }),
-        el("p", { className: "field-error", id: `${id}-error`, hidden: true }),
-      );
+// The voice, language and options of a request, from the form; null (with the reason shown
+// next to its control) when the form is not complete. `chars`: the text's length.
+function requestFields(chars) {
+  const fields = { voice: null, reference: null, instruct: null, language: $("language").value || null };
+  let label = "Automatic voice";
+  const mode = voiceMode();
+  if (mode === "library") {
+    const picked = library.selection();
+    if (!picked) {
+      errors.show("voice", "Pick a voice, or add one below.");
+      $("mode-library").focus();
+      return null;
     }
-    if (k.kind === "bool") toggles.push(wrap); // the on/off knobs go last
-    else knobsEl.append(wrap);
-  }
-
-  // Pacing: natural, a speed factor, or a fixed duration.
-  const pacing = el(
-    "div",
-    { className: "field compact knob pacing", "data-knob": "pacing" },
-    el("label", { for: "pacing-mode", text: "Pacing" }),
-    el(
-      "div",
-      { className: "inline" },
-      el(
-        "select",
-        { id: "pacing-mode", "aria-describedby": "knob-pacing-hint knob-pacing-error" },
-        new Option("Natural", ""),
-        new Option("Speed ×", "speed"),
-        new Option("Duration (s)", "duration"),
-      ),
-      el("input", {
-        type: "number", id: "pacing-value", "aria-label": "Pacing value", hidden: true,
-        "aria-describedby": "knob-pacing-hint knob-pacing-error",
-      }),
-    ),
-    el("p", {
-      className: "hint", id: "knob-pacing-hint",
-      text: "Default natural. Speed 0.25–4 ×, or a total duration in seconds (> 0).",
-    }),
-    el("p", { className: "field-error", id: "knob-pacing-error", hidden: true }),
-  );
-  knobsEl.append(pacing);
-
-  const delivery = el(
-    "div",
-    { className: "field compact knob", "data-knob": "stream" },
-    el("label", { for: "knob-stream", text: "Delivery" }),
-    el(
-      "select",
-      { id: "knob-stream", "aria-describedby": "knob-stream-hint" },
-      new Option("Stream each chunk", "chunk"),
-      new Option("Whole utterance at once", "whole"),
-    ),
-    el("p", {
-      className: "hint", id: "knob-stream-hint",
-      text: "Default stream. Whole sends one frame at the end, chunks cross-faded.",
-    }),
-  );
-  knobsEl.append(delivery, ...toggles);
-
-  const pacingMode = $("pacing-mode");
-  const pacingValue = $("pacing-value");
-  pacingMode.addEventListener("change", () => {
-    const spec = PACING[pacingMode.value];
-    pacingValue.hidden = !spec;
-    if (spec) {
-      pacingValue.min = spec.min;
-      if (spec.max) pacingValue.max = spec.max;
-      else pacingValue.removeAttribute("max");
-      pacingValue.step = spec.step;
-      pacingValue.value = spec.def;
-      pacingValue.setAttribute("aria-label", spec.label);
+    if (picked.voice) fields.voice = picked.voice;
+    else fields.reference = picked.reference;
+    label = `Voice: ${picked.name}`;
+  } else if (mode === "design") {
+    fields.instruct = composeInstruct(designPanel);
+    if (!fields.instruct) {
+      errors.show("instruct", "Pick at least one attribute, or choose Automatic.");
+      $("design-gender").focus();
+      return null;
     }
-    clearFieldError("speed");
-    updateAdvancedNote();
-  });
-  knobsEl.addEventListener("input", (ev) => {
-    const name = ev.target.name || (ev.target.id === "pacing-value" ? "speed" : null);
-    if (name) clearFieldError(name);
-    updateAdvancedNote();
-  });
-  knobsEl.addEventListener("change", updateAdvancedNote);
-}
-
-function readOptions() {
-  const options = {};
-  for (const k of KNOBS) {
-    const input = $(`knob-${k.name}`);
-    if (k.kind === "bool") {
-      if (input.checked !== k.def) options[k.name] = input.checked;
-      continue;
-    }
-    const raw = input.value.trim();
-    if (raw === "") continue;
-    if (k.kind === "seed") {
-      options.seed = raw; // digits are sent verbatim (64-bit); anything else lets the server explain
-      continue;
-    }
-    const num = Number(raw);
-    if (num !== k.def) options[k.name] = Number.isFinite(num) ? num : raw;
+    label = `Designed: ${fields.instruct}`;
   }
-  const mode = $("pacing-mode").value;
-  if (mode) {
-    const raw = $("pacing-value").value.trim();
-    if (raw !== "") options[mode] = Number(raw);
-  }
-  return options;
+  fields.options = knobs.read(chars);
+  return { fields, label };
 }
-
-function updateAdvancedNote() {
-  const n = Object.keys(readOptions()).length + ($("knob-stream").value !== "chunk" ? 1 : 0);
-  $("advanced-note").textContent = n ? `${n} changed` : "defaults";
-  $("advanced-note").classList.toggle("changed", n > 0);
-}
-
-function resetKnobs() {
-  for (const k of KNOBS) {
-    const input = $(`knob-${k.name}`);
-    if (k.kind === "bool") input.checked = k.def;
-    else input.value = k.def === null ? "" : k.def;
-    clearFieldError(k.name);
-  }
-  $("pacing-mode").value = "";
-  $("pacing-mode").dispatchEvent(new Event("change"));
-  $("knob-stream").value = "chunk";
-  updateAdvancedNote();
-}
-
-buildKnobs();
-$("reset-knobs").addEventListener("click", resetKnobs);
-updateAdvancedNote();
-
-function applyLimits() {
-  $("max-chars").textContent = limits.max_text_chars.toLocaleString();
-  const steps = $("knob-num_step");
-  steps.max = limits.max_num_step;
-  $("knob-num_step-hint").textContent = knobHint({ ...KNOBS[0], range: `1–${limits.max_num_step}` });
-  updateCount();
-}
-applyLimits();
 
 // ---------------------------------------------------------------------------- connection
 
-const pill = $("conn-status");
-const banner = $("conn-banner");
-let countdown = null;
-let everConnected = false;
-
-function setPill(state, text) {
-  pill.dataset.state = state;
+function setPill(pillState, text) {
+  const pill = $("conn-status");
+  pill.dataset.state = pillState;
   pill.querySelector(".conn-text").textContent = text;
 }
 
-function onConnState(state, detail) {
-  clearInterval(countdown);
-  if (state === "open") {
+function onConnState(connState, detail) {
+  clearInterval(state.countdown);
+  const banner = $("conn-banner");
+  if (connState === "open") {
     const ready = detail.ready;
-    everConnected = true;
+    state.everConnected = true;
     setPill("open", "Connected");
     if (!banner.hidden) announce("Reconnected to the server.");
     banner.hidden = true;
-    Object.assign(limits, ready.limits || {});
+    Object.assign(state.limits, ready.limits || {});
     if (ready.model) $("model-name").textContent = ready.model;
     if (ready.sample_rate) $("footer-rate").textContent = ready.sample_rate;
     applyLimits();
     $("api-key-error").hidden = true;
-    if (!voicesLoaded || voicesFailed) refreshVoices();
-  } else if (state === "connecting") {
+    if (!library.loaded || library.failed) library.refresh();
+  } else if (connState === "connecting") {
     setPill("connecting", "Connecting…");
-  } else if (state === "reconnecting") {
+  } else if (connState === "reconnecting") {
     setPill("connecting", "Reconnecting…");
     $("conn-banner-text").textContent = "Connection lost. Reconnecting…";
-  } else if (state === "lost") {
+  } else if (connState === "lost") {
     setPill("lost", "Offline");
     banner.hidden = false;
     const tick = () => {
       const s = Math.max(0, Math.ceil((detail.at - Date.now()) / 1000));
-      $("conn-banner-text").textContent = everConnected
+      $("conn-banner-text").textContent = state.everConnected
         ? `Connection to the server lost. Reconnecting in ${s} s…`
         : `Cannot reach the server. Trying again in ${s} s…`;
     };
     tick();
-    countdown = setInterval(tick, 500);
-  } else if (state === "unauthorized") {
+    state.countdown = setInterval(tick, 500);
+  } else if (connState === "unauthorized") {
     setPill("auth", "API key needed");
     banner.hidden = true;
     const err = $("api-key-error");
@@ -390,14 +212,16 @@ function onConnState(state, detail) {
   }
 }
 
-const jobs = new Map();
-
 const connection = new Connection(streamUrl, {
   onState: onConnState,
   onMessage: (msg) => route(msg),
-  onAudio: (header, samples) => jobs.get(header.id)?.onAudio(header, samples),
+  onAudio: (header, samples) => {
+    if (live.owns(header.id)) live.onAudio(header, samples);
+    else state.jobs.get(header.id)?.onAudio(header, samples);
+  },
   onLost: () => {
-    for (const job of jobs.values()) {
+    live.onLost();
+    for (const job of state.jobs.values()) {
       if (job.active && job.state !== "connecting") {
         job.onError("The connection was lost before this request finished. Generate it again once reconnected.");
       }
@@ -406,7 +230,11 @@ const connection = new Connection(streamUrl, {
 });
 
 function route(msg) {
-  const job = msg.id != null ? jobs.get(msg.id) : undefined;
+  if (live.owns(msg.id)) {
+    live.onMessage(msg);
+    return;
+  }
+  const job = msg.id != null ? state.jobs.get(msg.id) : undefined;
   switch (msg.type) {
     case "accepted":
       job?.onAccepted(msg);
@@ -431,17 +259,17 @@ function route(msg) {
   }
 }
 
-function serverError(msg, job) {
+// The error shows next to the control of the field the server names, and on the card.
+function serverError(msg, job, { live: isLive = false } = {}) {
   if (msg.code === "unauthorized") {
     job?.onError("The server needs a valid API key.");
     return;
   }
-  const target = errorTarget(msg);
+  let target = errorTarget(msg, knobs.names());
+  if (isLive && (target === "text" || target === "form")) target = "live-text";
   const text = msg.message || msg.code || "The server reported an error.";
-  if (target) showFieldError(target, text);
-  if (target === "text") $("text-error").dataset.kind = "server";
+  if (target) errors.show(target, text, { fromServer: true });
   if (job) job.onError(`${text}${msg.code ? ` (${msg.code})` : ""}`);
-  else if (!target) showFieldError("form", text);
   announce(`Error: ${text}`);
 }
 
@@ -457,8 +285,7 @@ $("apikey-form").addEventListener("submit", (ev) => {
     if (key) localStorage.setItem(KEY_STORE, key);
     else localStorage.removeItem(KEY_STORE);
   } catch {
-    /* storage unavailable: the key lasts for this page only */
-    boot.api_key = key;
+    boot.api_key = key; // storage unavailable: the key lasts for this page only
   }
   $("api-key").removeAttribute("aria-invalid");
   $("api-key-error").hidden = true;
@@ -471,13 +298,14 @@ if (boot.api_key_required && !apiKey()) $("apikey-panel").open = true;
 
 // ---------------------------------------------------------------------------- generate
 
-let seq = 0;
-const session = Math.random().toString(36).slice(2, 8);
-const jobList = $("job-list");
+function nextId(kind = "") {
+  state.seq += 1;
+  return `${state.session}-${kind ? `${kind}-` : ""}${state.seq}`;
+}
 
 function updateJobsUi() {
-  $("jobs-empty").hidden = jobs.size > 0;
-  $("clear-finished").hidden = ![...jobs.values()].some((j) => !j.active);
+  $("jobs-empty").hidden = state.jobs.size > 0;
+  $("clear-finished").hidden = ![...state.jobs.values()].some((j) => !j.active);
 }
 
 function languageLabel() {
@@ -486,73 +314,45 @@ function languageLabel() {
 }
 
 async function generate() {
-  clearAllFieldErrors();
-  $("text-error").dataset.kind = "";
+  errors.clearAll();
   const text = textEl.value;
   if (!text.trim()) {
-    showFieldError("text", "Type some text to speak first.");
+    errors.show("text", "Type some text to speak first.");
     textEl.focus();
     return;
   }
   const n = charCount(text);
-  if (n > limits.max_text_chars) {
-    showFieldError("text", `The text is ${n.toLocaleString()} characters; this server takes at most ${limits.max_text_chars.toLocaleString()}.`);
+  if (n > state.limits.max_text_chars) {
+    errors.show("text", `The text is ${n.toLocaleString()} characters; this server takes at most ${state.limits.max_text_chars.toLocaleString()}.`);
     textEl.focus();
     return;
   }
-  let voice = null;
-  let instruct = null;
-  let voiceText = "Automatic voice";
-  const mode = voiceMode();
-  if (mode === "library") {
-    const picked = document.querySelector('input[name="voice"]:checked');
-    if (!picked) {
-      showFieldError("voice", "Pick a saved voice, or add one below.");
-      $("mode-library").focus();
-      return;
-    }
-    voice = picked.value;
-    voiceText = `Voice: ${picked.dataset.name || voice}`;
-  } else if (mode === "design") {
-    instruct = composeInstruct(designPanel);
-    if (!instruct) {
-      showFieldError("instruct", "Pick at least one attribute, or choose Automatic.");
-      $("design-gender").focus();
-      return;
-    }
-    voiceText = `Designed: ${instruct}`;
-  }
+  const picked = requestFields(n);
+  if (!picked) return;
+  const { fields, label } = picked;
+  // A seed the page picks when none is set, so that the MP3 download is the same speech.
+  if (fields.options.seed === undefined) fields.options.seed = Math.floor(Math.random() * 2 ** 32);
 
   audioContext(); // created and resumed inside the click, so playback may start later
-  seq += 1;
-  const id = `${session}-${seq}`;
-  const options = readOptions();
-  const request = {
-    id,
-    text,
-    voice,
-    reference: null,
-    instruct,
-    language: $("language").value || null,
-    encoding: "pcm_s16le",
-    progress: true,
-    options,
-  };
-  if ($("knob-stream").value === "whole") request.stream = "whole";
+  const id = nextId();
+  const request = { id, text, ...fields, encoding: "pcm_s16le", progress: true };
+  if (knobs.delivery() === "whole") request.stream = "whole";
 
-  const changed = Object.entries(options).map(([k, v]) => `${k} ${v}`);
+  const changed = Object.entries(fields.options).map(([k, v]) => `${k} ${v}`);
   const summary = {
     title: text.trim().replace(/\s+/g, " ").slice(0, 80) + (n > 80 ? "…" : ""),
     fullText: text,
-    meta: [voiceText, languageLabel(), ...changed].join(" · "),
+    meta: [label, languageLabel(), ...changed].join(" · "),
   };
-  const job = new Job(id, seq, summary, { cancel: cancelJob, remove: removeJob, announce });
-  jobs.set(id, job);
-  job.mount(jobList);
+  const job = new Job(id, state.seq, summary, { cancel: cancelJob, remove: removeJob, announce, queue, downloadMp3 });
+  job.request = request;
+  job.mp3 = !request.reference; // the HTTP endpoint takes library and built-in voices only
+  state.jobs.set(id, job);
+  job.mount($("job-list"));
   updateJobsUi();
   // One column (phones): bring the new card into view; focus stays where it is.
   if (window.matchMedia("(max-width: 979px)").matches) job.el.scrollIntoView({ block: "nearest", behavior: "smooth" });
-  announce(`Request ${seq} started.`);
+  announce(`Request ${job.seq} started.`);
 
   try {
     await connection.ensureOpen();
@@ -576,6 +376,34 @@ async function generate() {
   }
 }
 
+// The same request (text, voice, options, seed) made again by `/v1/audio/speech` as MP3.
+async function downloadMp3(job) {
+  const r = job.request;
+  const body = {
+    model: boot.model, input: r.text, voice: r.voice, instructions: r.instruct, language: r.language,
+    response_format: "mp3", ...r.options,
+  };
+  const button = job.$.mp3;
+  button.disabled = true;
+  button.textContent = "MP3…";
+  try {
+    const blob = await api.speech(exactJson(body));
+    const url = URL.createObjectURL(blob);
+    const a = document.createElement("a");
+    a.href = url;
+    a.download = `chorus-${job.seq}-${job.id}.mp3`;
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 60_000);
+  } catch (err) {
+    job.showError(`The server could not make an MP3: ${err.message}`);
+  } finally {
+    button.disabled = false;
+    button.textContent = "MP3";
+  }
+}
+
 function cancelJob(job) {
   if (!job.active) return;
   if (job.state === "connecting") {
@@ -595,239 +423,57 @@ function cancelJob(job) {
 function removeJob(job) {
   const next = job.el.nextElementSibling || job.el.previousElementSibling;
   job.dispose();
-  jobs.delete(job.id);
+  state.jobs.delete(job.id);
   updateJobsUi();
   (next?.querySelector("button:not([hidden]), a:not([hidden])") || $("generate")).focus();
 }
 
 $("compose-form").addEventListener("submit", (ev) => {
   ev.preventDefault();
-  generate();
+  if (composeMode() === "text") generate();
 });
 $("clear-finished").addEventListener("click", () => {
-  for (const job of [...jobs.values()]) {
+  for (const job of [...state.jobs.values()]) {
     if (!job.active) {
       job.dispose();
-      jobs.delete(job.id);
+      state.jobs.delete(job.id);
     }
   }
   updateJobsUi();
   $("generate").focus();
 });
-$("language").addEventListener("change", () => clearFieldError("language"));
 
-// ---------------------------------------------------------------------------- voice library
+// ---------------------------------------------------------------------------- live mode
 
-const voicesApi = new VoicesApi(authHeaders);
-const voiceList = $("voice-list");
-let voicesLoaded = false;
-let voicesFailed = false;
-
-function formatSeconds(s) {
-  return typeof s === "number" ? `${s.toFixed(1)} s` : "";
-}
-
-function renderVoices(voices, selectId) {
-  const current = selectId || document.querySelector('input[name="voice"]:checked')?.value;
-  voiceList.replaceChildren();
-  for (const v of voices) {
-    const rid = `voice-opt-${v.id}`;
-    const name = v.name || v.id;
-    const radio = el("input", { type: "radio", name: "voice", id: rid, value: v.id, "data-name": name });
-    if (v.id === current) radio.checked = true;
-    radio.addEventListener("change", () => clearFieldError("voice"));
-    const meta = [formatSeconds(v.seconds), v.text ? `“${v.text}”` : ""].filter(Boolean).join(" · ");
-    const label = el(
-      "label",
-      { for: rid },
-      el("span", { className: "voice-name", text: name }),
-      el("span", { className: "voice-meta", text: meta }),
-    );
-    const del = el("button", {
-      type: "button", className: "icon-button danger-quiet", "aria-label": `Delete voice ${name}`, title: "Delete",
-    });
-    del.innerHTML =
-      '<svg viewBox="0 0 24 24" aria-hidden="true" focusable="false"><path d="M9 3h6l1 2h4v2H4V5h4l1-2zm-3 6h12l-1 12H7L6 9zm4 2v8h2v-8h-2zm4 0v8h2v-8h-2z"/></svg><span class="confirm-text">Delete?</span>';
-    del.addEventListener("click", () => deleteVoice(v, name, del));
-    del.addEventListener("blur", () => del.classList.remove("confirming"));
-    voiceList.append(el("li", { className: "voice-item", "data-voice-id": v.id }, radio, label, del));
-  }
-  $("voice-empty").hidden = voices.length > 0;
-  if (!voices.length) $("add-voice").open = true;
-}
-
-async function refreshVoices(selectId) {
-  try {
-    const voices = await voicesApi.list();
-    voicesLoaded = true;
-    voicesFailed = false;
-    $("voices-load-error").hidden = true;
-    renderVoices(voices, selectId);
-  } catch (err) {
-    voicesFailed = true;
-    const e = $("voices-load-error");
-    e.textContent = `Could not load the voice library: ${err.message}`;
-    e.hidden = false;
-  }
-}
-
-async function deleteVoice(v, name, button) {
-  if (!button.classList.contains("confirming")) {
-    button.classList.add("confirming");
-    button.setAttribute("aria-label", `Confirm: delete voice ${name}`);
-    return;
-  }
-  button.disabled = true;
-  try {
-    await voicesApi.remove(v.id);
-    announce(`Voice ${name} deleted.`);
-    await refreshVoices();
-    (voiceList.querySelector("input") || $("mode-library")).focus();
-  } catch (err) {
-    button.disabled = false;
-    const e = $("voices-load-error");
-    e.textContent = `Could not delete ${name}: ${err.message}`;
-    e.hidden = false;
-  }
-}
-
-// A clip to save: a chosen file or a recording.
-let clip = null;
-let clipUrl = null;
-
-function setClip(next, status) {
-  clip = next;
-  if (clipUrl) URL.revokeObjectURL(clipUrl);
-  clipUrl = null;
-  const preview = $("clip-preview");
-  if (next) {
-    clipUrl = URL.createObjectURL(next.blob);
-    $("clip-audio").src = clipUrl;
-    preview.hidden = false;
-  } else {
-    $("clip-audio").removeAttribute("src");
-    preview.hidden = true;
-  }
-  $("clip-status").textContent = status;
-  hideVoiceFormErrors();
-}
-
-const CLIP_HINT = $("clip-status").textContent;
-
-function hideVoiceFormErrors() {
-  for (const id of ["voice-name-error", "voice-file-error", "voice-text-error", "voice-form-error"]) $(id).hidden = true;
-  $("voice-text").removeAttribute("aria-invalid");
-}
-
-$("voice-file").addEventListener("change", () => {
-  const file = $("voice-file").files[0];
-  if (!file) return;
-  setClip({ blob: file, filename: file.name }, `${file.name} · ${(file.size / 1024).toFixed(0)} KB`);
-  if (!$("voice-name").value) $("voice-name").value = file.name.replace(/\.[^.]+$/, "");
-});
-$("clip-clear").addEventListener("click", () => {
-  $("voice-file").value = "";
-  setClip(null, CLIP_HINT);
-  $("voice-file").focus();
+const live = new LiveSession({
+  connection,
+  nextId,
+  request: () => {
+    errors.clearAll();
+    const picked = requestFields(0);
+    return picked && picked.fields;
+  },
+  onError: (msg) => serverError(msg, null, { live: true }),
+  stopOthers: () => queue.pause(),
 });
 
-let recorder = null;
-const recordButton = $("record-button");
-
-async function toggleRecording() {
-  if (recorder) {
-    const r = recorder;
-    recorder = null;
-    recordButton.classList.remove("recording");
-    recordButton.setAttribute("aria-pressed", "false");
-    recordButton.querySelector(".rec-text").textContent = "Record";
-    const result = await r.stop();
-    if (result && result.seconds > 0.2) {
-      $("voice-file").value = "";
-      setClip({ blob: result.blob, filename: "recording.wav" }, `Recorded ${result.seconds.toFixed(1)} s from the microphone.`);
-    } else {
-      setClip(null, "The recording was empty; try again.");
-    }
-    return;
-  }
-  recorder = new Recorder((level, seconds) => {
-    recordButton.style.setProperty("--level", Math.min(1, level * 4).toFixed(2));
-    recordButton.querySelector(".rec-text").textContent = `Stop · ${seconds.toFixed(1)} s`;
-  });
-  recorder.onLimit = () => {
-    if (recorder) toggleRecording();
-  };
-  try {
-    await recorder.start();
-    recordButton.classList.add("recording");
-    recordButton.setAttribute("aria-pressed", "true");
-    recordButton.querySelector(".rec-text").textContent = "Stop · 0.0 s";
-    $("clip-status").textContent = "Recording… read your transcript aloud, then press Stop.";
-  } catch (err) {
-    recorder = null;
-    const e = $("voice-file-error");
-    e.textContent = `Could not record: ${err.message || err.name}`;
-    e.hidden = false;
-  }
+const composeMode = () => document.querySelector('input[name="compose-mode"]:checked').value;
+function setComposeMode(mode) {
+  $("text-field").hidden = mode !== "text";
+  $("live-field").hidden = mode !== "live";
+  $("generate").closest(".actions").hidden = mode !== "text";
+  if (mode === "text" && live.state === "open") live.close();
 }
-recordButton.addEventListener("click", toggleRecording);
-
-function showVoiceFormError(err) {
-  const message = err.message || String(err);
-  let id = "voice-form-error";
-  if (/^name\b/i.test(message)) id = "voice-name-error";
-  else if (/transcript|\btext\b/i.test(message)) id = "voice-text-error";
-  else if (err.status === 413 || err.status === 415 || /audio|file|clip|format/i.test(message)) id = "voice-file-error";
-  $(id).textContent = message;
-  $(id).hidden = false;
-  if (id === "voice-text-error") $("voice-text").setAttribute("aria-invalid", "true");
+for (const radio of document.querySelectorAll('input[name="compose-mode"]')) {
+  radio.addEventListener("change", () => setComposeMode(composeMode()));
 }
-
-$("voice-form").addEventListener("submit", async (ev) => {
-  ev.preventDefault();
-  hideVoiceFormErrors();
-  if (!clip) {
-    $("voice-file-error").textContent = "Choose an audio file or record a clip first.";
-    $("voice-file-error").hidden = false;
-    $("voice-file").focus();
-    return;
-  }
-  const save = $("save-voice");
-  save.disabled = true;
-  save.textContent = "Saving…";
-  try {
-    const created = await voicesApi.create({
-      file: clip.blob,
-      filename: clip.filename,
-      text: $("voice-text").value.trim(),
-      name: $("voice-name").value.trim(),
-    });
-    announce(`Voice ${created.name || created.id} saved.`);
-    $("voice-name").value = "";
-    $("voice-text").value = "";
-    $("voice-file").value = "";
-    setClip(null, CLIP_HINT);
-    setVoiceMode("library");
-    await refreshVoices(created.id);
-    $("add-voice").open = false;
-    $(`voice-opt-${created.id}`)?.focus();
-  } catch (err) {
-    showVoiceFormError(err);
-  } finally {
-    save.disabled = false;
-    save.textContent = "Save to library";
-  }
-});
-$("voice-text").addEventListener("input", () => {
-  $("voice-text-error").hidden = true;
-  $("voice-text").removeAttribute("aria-invalid");
-});
 
 // ---------------------------------------------------------------------------- start
 
 setVoiceMode(voiceMode());
+setComposeMode(composeMode());
 updateJobsUi();
 connection.connect(); // the voice library loads once connected
 
 // For debugging and the browser tests.
-window.chorus = { connection, jobs, limits, stats, boot };
+window.chorus = { state, connection, jobs: state.jobs, limits: state.limits, stats, boot, queue, live, knobs };

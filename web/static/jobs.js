@@ -1,4 +1,5 @@
-// One synthesis request as a card: progress, live playback, waveform, timings, download.
+// One synthesis request as a card: progress, playback (through the page's playback queue),
+// waveform, timings, downloads.
 
 import { StreamPlayer, encodeWav, stats } from "./audio.js";
 import { toInt16 } from "./protocol.js";
@@ -17,9 +18,11 @@ const STATE_TEXT = {
 };
 
 const fmtMs = (ms) => (ms >= 1000 ? `${(ms / 1000).toFixed(2)} s` : `${Math.round(ms)} ms`);
+const ordinal = (n) => (n === 1 ? "next" : `${n}th in line`.replace(/^2th/, "2nd").replace(/^3th/, "3rd"));
 
 export class Job {
-  // summary: {title, meta}; hooks: {cancel(job), remove(job), announce(text)}
+  // summary: {title, fullText, meta}; hooks: {cancel(job), remove(job), announce(text),
+  // queue: PlaybackQueue, downloadMp3(job)}
   constructor(id, seq, summary, hooks) {
     this.id = id;
     this.seq = seq;
@@ -29,12 +32,13 @@ export class Job {
     this.samples = 0;
     this.sampleRate = 24000;
     this.expectedChunks = 0;
-    this.player = null;
-    this.replay = null;
+    this.fraction = 0;
+    this.player = null; // the playback now going (or last gone)
+    this.plays = 0; // how many times playback started: the first is `id`, later ones `id:replay`
+    this.pushed = 0; // chunks given to the current player
     this.blobUrl = null;
-    this.autoplay = true;
-    this.startedAt = performance.now();
     this.firstAudioAt = null;
+    this.mp3 = false; // whether the server can make this request again as MP3 over HTTP
 
     const tpl = document.getElementById("job-template");
     this.el = tpl.content.firstElementChild.cloneNode(true);
@@ -52,7 +56,9 @@ export class Job {
       timings: q(".timings"),
       error: q(".job-error"),
       play: q(".job-play"),
+      queue: q(".job-queue"),
       download: q(".job-download"),
+      mp3: q(".job-mp3"),
       cancel: q(".job-cancel"),
       remove: q(".job-remove"),
     };
@@ -61,14 +67,16 @@ export class Job {
     this.$.article.setAttribute("aria-label", `Request ${seq}`);
     this.$.meta.textContent = summary.meta;
     this.$.progress.setAttribute("aria-label", `Progress of request ${seq}`);
-    this.$.play.setAttribute("aria-label", `Play request ${seq}`);
     this.$.cancel.setAttribute("aria-label", `Cancel request ${seq}`);
     this.$.remove.setAttribute("aria-label", `Remove request ${seq}`);
     this.$.download.setAttribute("aria-label", `Download request ${seq} as WAV`);
+    this.$.mp3.setAttribute("aria-label", `Download request ${seq} as MP3`);
     this.$.cancel.addEventListener("click", () => this.hooks.cancel(this));
     this.$.remove.addEventListener("click", () => this.hooks.remove(this));
-    this.$.play.addEventListener("click", () => this.togglePlay());
+    this.$.play.addEventListener("click", () => this.onPlayButton());
+    this.$.mp3.addEventListener("click", () => this.hooks.downloadMp3(this));
     this.setState("connecting");
+    this.updatePlayButton();
   }
 
   mount(list) {
@@ -92,11 +100,21 @@ export class Job {
   }
 
   setProgress(fraction, text) {
-    const pct = Math.max(0, Math.min(100, fraction * 100));
+    this.fraction = Math.max(this.fraction, Math.min(1, fraction)); // steps only ever add up
+    const pct = this.fraction * 100;
     this.$.bar.style.width = `${pct}%`;
     this.$.progress.setAttribute("aria-valuenow", String(Math.round(pct)));
     this.el.dataset.progress = pct.toFixed(1);
     if (text !== undefined) this.$.progressText.textContent = text;
+  }
+
+  // The label says where the whole request stands: the share of all its steps done, and
+  // how many of its chunks are ready (not whichever chunk reported last).
+  progressText() {
+    const pct = `${Math.round(this.fraction * 100)}%`;
+    const n = this.expectedChunks;
+    if (n > 1) return `${pct} · ${this.chunks.length} of ${n} chunks ready`;
+    return pct;
   }
 
   onAccepted(msg) {
@@ -112,9 +130,8 @@ export class Job {
 
   onProgress(msg) {
     if (this.state === "queued" || this.state === "sending") this.setState("running");
-    const n = this.expectedChunks;
-    const chunkText = n > 1 ? `chunk ${msg.chunk + 1} of ${n} · ` : "";
-    this.setProgress(msg.fraction ?? 0, `${chunkText}step ${msg.step} of ${msg.num_steps}`);
+    this.fraction = Math.max(this.fraction, msg.fraction ?? 0);
+    this.setProgress(this.fraction, this.progressText());
   }
 
   onAudio(header, samples) {
@@ -126,26 +143,22 @@ export class Job {
     const pcm = toInt16(samples);
     this.chunks.push(pcm);
     this.samples += pcm.length;
-    if (this.firstAudioAt === null) {
-      this.firstAudioAt = performance.now();
-      this.hooks.announce(`Request ${this.seq}: audio is playing.`);
-    }
     if (this.state !== "cancelling") this.setState("streaming");
     this.wave.add(pcm);
-    if (this.autoplay) {
-      if (!this.player) {
-        this.player = new StreamPlayer(this.id);
-        this.player.onIdle = () => this.updatePlayButton();
-      }
-      this.player.push(pcm, this.sampleRate);
-      this.wave.follow(() => this.player.position());
+    if (this.expectedChunks > 1) this.setProgress(this.fraction, this.progressText());
+    if (this.firstAudioAt === null) {
+      this.firstAudioAt = performance.now();
+      this.hooks.queue.offer(this);
+    } else if (this.player && !this.player.stopped) {
+      this.feedPlayer();
     }
     this.updatePlayButton();
   }
 
   onDone(msg) {
     this.setState("done");
-    this.setProgress(1, `${msg.chunks ?? this.chunks.length} chunk${(msg.chunks ?? this.chunks.length) === 1 ? "" : "s"} · ${(this.samples / this.sampleRate).toFixed(2)} s of audio`);
+    const chunks = msg.chunks ?? this.chunks.length;
+    this.setProgress(1, `${chunks} chunk${chunks === 1 ? "" : "s"} · ${(this.samples / this.sampleRate).toFixed(2)} s of audio`);
     this.wave.finish();
     const t = msg.timings || {};
     const audioS = msg.audio_seconds ?? this.samples / this.sampleRate;
@@ -170,8 +183,7 @@ export class Job {
       }),
     );
     this.$.timings.hidden = false;
-    this.makeDownload();
-    this.updatePlayButton();
+    this.finishAudio();
     this.hooks.announce(`Request ${this.seq} done: ${audioS.toFixed(1)} seconds of audio.`);
   }
 
@@ -180,9 +192,7 @@ export class Job {
     this.$.progressText.textContent = this.samples
       ? `Cancelled after ${(this.samples / this.sampleRate).toFixed(2)} s of audio`
       : "Cancelled before any audio";
-    this.wave.finish();
-    if (this.samples > 0) this.makeDownload();
-    this.updatePlayButton();
+    this.finishAudio();
     this.hooks.announce(`Request ${this.seq} cancelled.`);
   }
 
@@ -194,9 +204,20 @@ export class Job {
     this.$.progressText.textContent = this.samples
       ? `Stopped after ${(this.samples / this.sampleRate).toFixed(2)} s of audio`
       : "";
+    this.finishAudio();
+  }
+
+  // No more audio will come: downloads appear; a playback already over hands on its turn.
+  finishAudio() {
     this.wave.finish();
-    if (this.samples > 0) this.makeDownload();
+    this.makeDownload();
     this.updatePlayButton();
+    if (this.player && !this.player.playing && this.pushed === this.chunks.length) this.hooks.queue.ended(this);
+  }
+
+  showError(message) {
+    this.$.error.textContent = message;
+    this.$.error.hidden = false;
   }
 
   makeDownload() {
@@ -213,49 +234,87 @@ export class Job {
     this.$.download.href = this.blobUrl;
     this.$.download.download = `chorus-${this.seq}-${this.id}.wav`;
     this.$.download.hidden = false;
+    this.$.mp3.hidden = this.state !== "done" || !this.mp3; // the server makes it again from the request
   }
 
-  currentPlayer() {
-    if (this.replay && this.replay.playing) return this.replay;
-    if (this.player && this.player.playing) return this.player;
-    return null;
+  // ---- playback (started and stopped by the PlaybackQueue)
+
+  isPlaying() {
+    return Boolean(this.player && !this.player.stopped && (this.player.playing || this.active));
   }
 
-  updatePlayButton() {
-    const playing = this.currentPlayer();
-    const b = this.$.play;
-    b.disabled = !playing && (this.samples === 0 || this.active);
-    b.textContent = playing ? "Stop" : "Play";
-    b.setAttribute("aria-label", `${playing ? "Stop" : "Play"} request ${this.seq}`);
-    b.setAttribute("aria-pressed", playing ? "true" : "false");
-  }
-
-  togglePlay() {
-    const playing = this.currentPlayer();
-    if (playing) {
-      playing.stop();
-      if (playing === this.player) this.autoplay = false;
-      this.wave.playhead = null;
-      this.wave.draw();
-      this.updatePlayButton();
-      return;
+  startPlayback() {
+    if (this.player) {
+      this.player.onIdle = null;
+      this.player.stop();
     }
-    if (this.active || !this.pcm) return;
-    this.replay = new StreamPlayer(`${this.id}:replay`);
-    this.replay.onIdle = () => {
-      this.updatePlayButton();
-    };
-    this.replay.push(this.pcm, this.sampleRate);
-    this.wave.follow(() => this.replay.position());
+    this.plays += 1;
+    this.player = new StreamPlayer(this.plays === 1 ? this.id : `${this.id}:replay`);
+    this.player.onIdle = () => this.onPlayerIdle();
+    this.pushed = 0;
+    if (!this.active && this.pcm) {
+      this.player.push(this.pcm, this.sampleRate); // finished: all of it as one buffer
+      this.pushed = this.chunks.length;
+    } else {
+      this.feedPlayer();
+    }
+    this.wave.follow(() => this.player?.position() ?? null);
+    this.setQueued(0);
+    if (this.plays === 1) this.hooks.announce(`Request ${this.seq}: audio is playing.`);
+  }
+
+  feedPlayer() {
+    while (this.pushed < this.chunks.length) this.player.push(this.chunks[this.pushed++], this.sampleRate);
+  }
+
+  stopPlayback() {
+    if (this.player && !this.player.stopped) {
+      this.player.onIdle = null;
+      this.player.stop();
+    }
+    this.wave.playhead = null;
+    this.wave.draw();
     this.updatePlayButton();
   }
 
+  onPlayerIdle() {
+    this.updatePlayButton();
+    // Idle between chunks of a request still streaming is an underrun, not the end.
+    if (!this.active && this.pushed === this.chunks.length) this.hooks.queue.ended(this);
+  }
+
+  // 0: not waiting; N: N-th in line to be played.
+  setQueued(n) {
+    this.queuePos = n;
+    this.el.dataset.playback = n > 0 ? "queued" : this.isPlaying() ? "playing" : "";
+    this.$.queue.hidden = n === 0;
+    this.$.queue.textContent = n > 0 ? `Plays ${ordinal(n)}` : "";
+    this.updatePlayButton();
+  }
+
+  onPlayButton() {
+    if (this.isPlaying()) this.hooks.queue.stop(this);
+    else this.hooks.queue.playNow(this);
+  }
+
+  updatePlayButton() {
+    const playing = this.isPlaying();
+    const b = this.$.play;
+    if (!this.queuePos) this.el.dataset.playback = playing ? "playing" : "";
+    b.disabled = !playing && this.samples === 0;
+    const word = playing ? "Stop" : this.queuePos ? "Play now" : "Play";
+    b.textContent = word;
+    b.setAttribute("aria-label", `${word} request ${this.seq}`);
+    b.setAttribute("aria-pressed", playing ? "true" : "false");
+  }
+
   dispose() {
+    this.hooks.queue.forget(this);
     this.player?.stop();
-    this.replay?.stop();
     this.wave?.destroy();
     if (this.blobUrl) URL.revokeObjectURL(this.blobUrl);
     delete stats.byJob[this.id];
+    delete stats.byJob[`${this.id}:replay`];
     this.el.remove();
   }
 }

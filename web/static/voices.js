@@ -1,31 +1,35 @@
-// The voice library over HTTP (/v1/voices), and a microphone recorder that makes WAV clips.
+// The HTTP API (/v1/voices, /v1/audio/speech), and a microphone recorder that makes WAV clips.
 
 import { audioContext, encodeWav } from "./audio.js";
 import { toInt16 } from "./protocol.js";
 
 export class ApiError extends Error {
-  constructor(status, code, message) {
+  // field: the request field at fault, when the server names one ("name", "text", "audio")
+  constructor(status, code, message, field = null) {
     super(message);
     this.status = status;
     this.code = code;
+    this.field = field;
   }
 }
 
-async function apiError(res) {
+export async function apiError(res) {
   let code = `http_${res.status}`;
   let message = `${res.status} ${res.statusText}`.trim();
+  let field = null;
   try {
     const body = await res.json();
     if (body && body.error) {
       code = body.error.code || code;
       message = body.error.message || message;
+      field = typeof body.error.field === "string" ? body.error.field : null;
     } else if (body && body.detail) {
       message = String(body.detail);
     }
   } catch {
     /* not JSON */
   }
-  return new ApiError(res.status, code, message);
+  return new ApiError(res.status, code, message, field);
 }
 
 export class VoicesApi {
@@ -40,6 +44,17 @@ export class VoicesApi {
     const body = await res.json();
     const voices = Array.isArray(body) ? body : body.voices || body.data || [];
     return voices.slice().sort((a, b) => String(a.created_at || "").localeCompare(String(b.created_at || "")));
+  }
+
+  // `/v1/audio/speech` with a JSON body (text); resolves with the audio as a Blob.
+  async speech(json) {
+    const res = await fetch("/v1/audio/speech", {
+      method: "POST",
+      body: json,
+      headers: { "Content-Type": "application/json", ...this.headers() },
+    });
+    if (!res.ok) throw await apiError(res);
+    return res.blob();
   }
 
   async create({ file, filename, text, name }) {

@@ -1,0 +1,276 @@
+// Live mode: the text is streamed to the server as it is typed (`stream_open`,
+// `stream_append`, `stream_flush`, `stream_close`) and each sentence is heard as soon as it
+// is complete; the sentence being heard is highlighted, placed by the `segment` frames'
+// `offset_samples` against the playback clock.
+
+import { StreamPlayer, audioContext } from "./audio.js";
+import { $, announce, el } from "./dom.js";
+import { synthesizeFrame, toInt16 } from "./protocol.js";
+
+const SEND_EVERY_MS = 200; // typed text goes out at most this often
+const PAUSE_FLUSH_MS = 1200; // a pause this long speaks what is buffered
+const READING_WPM = 180; // pasted text is fed in at this pace
+
+export class LiveSession {
+  // hooks: {connection, nextId(), request(): {voice, reference, instruct, language, options}
+  // or null (it showed why), onError(msg, live), stopOthers()}
+  constructor(hooks) {
+    this.hooks = hooks;
+    this.id = null;
+    this.state = "off"; // off | opening | open | closing
+    this.sent = 0; // characters of the text box already sent
+    this.flushed = true;
+    this.sendTimer = null;
+    this.pauseTimer = null;
+    this.feed = null; // the rest of a paste being typed in
+    this.player = null;
+    this.segments = new Map(); // segment -> {start, samples, span}
+    this.wpm = READING_WPM;
+    this.box = $("live-text");
+    this.wire();
+  }
+
+  wire() {
+    $("live-start").addEventListener("click", () => this.start());
+    $("live-stop").addEventListener("click", () => this.close());
+    this.box.addEventListener("beforeinput", (ev) => this.guardSent(ev));
+    this.box.addEventListener("input", (ev) => this.onInput(ev));
+    this.box.addEventListener("paste", (ev) => {
+      ev.preventDefault();
+      this.paste(ev.clipboardData?.getData("text") || "");
+    });
+  }
+
+  owns(id) {
+    return id != null && id === this.id;
+  }
+
+  setState(state, text) {
+    this.state = state;
+    $("live-field").dataset.live = state;
+    $("live-state").textContent = text;
+    const on = state === "opening" || state === "open";
+    $("live-start").hidden = on || state === "closing";
+    $("live-stop").hidden = !on;
+  }
+
+  async start() {
+    if (this.state !== "off") return;
+    const request = this.hooks.request();
+    if (!request) return;
+    $("live-error").hidden = true;
+    this.box.removeAttribute("aria-invalid");
+    audioContext(); // inside the click: playback may start later
+    this.hooks.stopOthers();
+    this.id = this.hooks.nextId("live");
+    this.segments.clear();
+    $("live-transcript").replaceChildren();
+    this.player?.stop();
+    this.player = new StreamPlayer(this.id);
+    this.setState("opening", "Connecting…");
+    try {
+      await this.hooks.connection.ensureOpen();
+      // Text typed before Start is spoken too: it opens the stream.
+      const text = this.box.value;
+      this.sent = text.length;
+      this.flushed = !text.trim();
+      const frame = { id: this.id, ...request, encoding: "pcm_s16le", progress: false };
+      if (text.trim()) frame.text = text;
+      this.hooks.connection.send(synthesizeFrame(frame, "stream_open"));
+    } catch {
+      this.end("Could not reach the server; try again once connected.");
+      return;
+    }
+    this.setState("open", "Listening to your typing");
+    this.box.focus();
+    this.schedulePause();
+  }
+
+  // Text already sent is fixed: edits that would change it are refused.
+  guardSent(ev) {
+    if (this.state !== "open" && this.state !== "opening") return;
+    const start = this.box.selectionStart;
+    const end = this.box.selectionEnd;
+    const backward = ev.inputType.startsWith("delete") && ev.inputType.includes("Backward") && start === end;
+    if (start < this.sent || (backward && start <= this.sent)) ev.preventDefault();
+  }
+
+  onInput(ev) {
+    if (this.state !== "open") return;
+    if (ev.inputType === "insertLineBreak") {
+      this.flush();
+      return;
+    }
+    if (!this.sendTimer) this.sendTimer = setTimeout(() => this.sendTyped(), SEND_EVERY_MS);
+    this.schedulePause();
+  }
+
+  sendTyped() {
+    clearTimeout(this.sendTimer);
+    this.sendTimer = null;
+    if (this.state !== "open") return;
+    const piece = this.box.value.slice(this.sent);
+    if (!piece) return;
+    this.send({ type: "stream_append", id: this.id, text: piece });
+    this.sent += piece.length;
+    this.flushed = false;
+  }
+
+  schedulePause() {
+    clearTimeout(this.pauseTimer);
+    this.pauseTimer = setTimeout(() => this.flush(), PAUSE_FLUSH_MS);
+  }
+
+  // Speak what is buffered now (a pause, or Enter).
+  flush() {
+    clearTimeout(this.pauseTimer);
+    this.sendTyped();
+    if (this.state !== "open" || this.flushed) return;
+    this.send({ type: "stream_flush", id: this.id });
+    this.flushed = true;
+  }
+
+  // Pasted text is typed in word by word at a reading pace, as someone reading it out would.
+  paste(text) {
+    if (!text) return;
+    if (this.state !== "open") {
+      this.box.setRangeText(text, this.box.selectionStart, this.box.selectionEnd, "end");
+      return;
+    }
+    const words = (this.feed ? this.feed.words : []).concat(text.match(/\S+\s*/g) || []);
+    if (this.feed) {
+      this.feed.words = words;
+      return;
+    }
+    this.feed = { words, timer: null };
+    const step = () => {
+      if (!this.feed || this.state !== "open") {
+        this.feed = null;
+        return;
+      }
+      const word = this.feed.words.shift();
+      this.box.setRangeText(word, this.box.value.length, this.box.value.length, "end");
+      this.box.dispatchEvent(new InputEvent("input", { inputType: "insertText", data: word }));
+      if (this.feed.words.length) this.feed.timer = setTimeout(step, 60000 / this.wpm);
+      else this.feed = null;
+    };
+    step();
+  }
+
+  // No more text: what is buffered is spoken, then `done`.
+  close() {
+    if (this.state !== "open") return;
+    if (this.feed) {
+      clearTimeout(this.feed.timer);
+      this.feed = null;
+    }
+    clearTimeout(this.pauseTimer);
+    this.sendTyped();
+    this.send({ type: "stream_close", id: this.id });
+    this.setState("closing", "Speaking the rest…");
+  }
+
+  send(frame) {
+    try {
+      this.hooks.connection.send(frame);
+    } catch {
+      this.end("The connection closed; the live stream ended.");
+    }
+  }
+
+  // ---- from the server
+
+  onMessage(msg) {
+    switch (msg.type) {
+      case "segment":
+        this.onSegment(msg);
+        break;
+      case "done":
+        this.end(null);
+        announce("Live stream finished.");
+        break;
+      case "cancelled":
+        this.end(null);
+        break;
+      case "error":
+        this.hooks.onError(msg, this);
+        this.end(msg.code === "stream_idle" ? "The stream ended after a long pause; press Start live to go on." : null);
+        break;
+      default:
+        break;
+    }
+  }
+
+  onAudio(header, samples) {
+    if (!this.player) return;
+    const pcm = toInt16(samples);
+    // Frames come in order, so the player's sample count is the stream's offset.
+    const start = typeof header.offset_samples === "number" ? header.offset_samples : this.player.samples;
+    if (typeof header.segment === "number") {
+      const seg = this.segment(header.segment);
+      seg.start = Math.min(seg.start, start);
+      seg.end = Math.max(seg.end, start + pcm.length);
+    }
+    this.player.push(pcm, header.sample_rate || 24000);
+    this.follow();
+  }
+
+  onSegment(msg) {
+    const seg = this.segment(msg.segment);
+    seg.start = msg.offset_samples;
+    seg.end = msg.offset_samples + msg.samples;
+    seg.span.textContent = `${msg.text} `;
+    seg.span.classList.remove("pending");
+  }
+
+  segment(k) {
+    let seg = this.segments.get(k);
+    if (!seg) {
+      const span = el("span", { className: "live-segment pending", "data-segment": k, text: "… " });
+      seg = { start: Infinity, end: 0, span };
+      this.segments.set(k, seg);
+      const after = [...$("live-transcript").children].find((s) => Number(s.dataset.segment) > k);
+      $("live-transcript").insertBefore(span, after || null);
+    }
+    return seg;
+  }
+
+  // Highlight the segment whose samples are being heard, frame by frame while audio plays.
+  follow() {
+    if (this.raf) return;
+    const tick = () => {
+      this.raf = null;
+      const pos = this.player?.position();
+      for (const seg of this.segments.values()) {
+        const now = pos !== null && pos !== undefined && pos >= seg.start && pos < seg.end;
+        seg.span.classList.toggle("speaking", now);
+        if (now) seg.span.setAttribute("aria-current", "true");
+        else seg.span.removeAttribute("aria-current");
+        if (pos !== null && pos !== undefined && pos >= seg.end) seg.span.classList.add("heard");
+      }
+      if (this.player?.playing) this.raf = requestAnimationFrame(tick);
+    };
+    this.raf = requestAnimationFrame(tick);
+  }
+
+  // The stream is over (done, error, or the connection went).
+  end(message) {
+    clearTimeout(this.sendTimer);
+    clearTimeout(this.pauseTimer);
+    this.sendTimer = null;
+    if (this.feed) clearTimeout(this.feed.timer);
+    this.feed = null;
+    if (message) {
+      $("live-error").textContent = message;
+      $("live-error").hidden = false;
+    }
+    this.sent = 0;
+    this.id = null;
+    this.setState("off", message ? "Stopped" : "Finished");
+  }
+
+  // The connection was lost mid-stream.
+  onLost() {
+    if (this.state !== "off") this.end("The connection was lost; the live stream ended.");
+  }
+}
