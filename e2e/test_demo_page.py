@@ -240,6 +240,8 @@ def test_two_jobs_at_once(page: Page, chorus_server: ChorusServer):
     sent_second = next(i for i, e in enumerate(log) if e[0] == second_id and e[1] == "state")
     done_first = next(i for i, e in enumerate(log) if e[0] == first_id and e[2] == "done")
     assert sent_second < done_first, "the second request was not in flight alongside the first"
+    # Heard one after the other: the second once the first has played.
+    expect(second).to_have_attribute("data-playback", "playing", timeout=LONG)
     for job_id in (first_id, second_id):
         stats = page.evaluate("(id) => window.chorusAudioStats.byJob[id]", job_id)
         assert stats["samples"] == job_value(page, job_id, "job.samples") > 0
