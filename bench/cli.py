@@ -17,10 +17,11 @@ import sys
 import tempfile
 import time
 import traceback
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from bench.metrics import build_summary
+from server.checkout import git_commit
 
 log = logging.getLogger("chorus.bench")
 
@@ -51,18 +52,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _commit(given: str | None) -> str | None:
-    if given:
-        return given
-    import subprocess
-
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
-                              cwd=Path(__file__).resolve().parent).stdout.strip()
-    except Exception:  # noqa: BLE001 - not a git checkout
-        return None
-
-
 def _meta(args, argv) -> dict:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -75,10 +64,10 @@ def _meta(args, argv) -> dict:
             return None
 
     return {
-        "commit": _commit(args.commit),
+        "commit": git_commit(args.commit),
         "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
         "dtype": args.dtype,
-        "date_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "date_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "command": "chorus bench " + " ".join(argv),
         "python": platform.python_version(),
         "versions": {n: ver(n) for n in ("torch", "transformers", "flashinfer-python", "omnivoice")},
@@ -129,7 +118,7 @@ class Run:
         t = time.perf_counter()
         try:
             value = fn()
-        except Exception:  # noqa: BLE001 - record and go on with the next scenario
+        except Exception:  # record and go on with the next scenario
             self.doc["errors"][name] = traceback.format_exc()
             log.exception("scenario %s failed", name)
             value = None
@@ -219,7 +208,7 @@ def _fp8_throughput(model, settings, specs) -> dict:
 def _server_scenarios(run: Run, ckpt: Path, specs, engine_throughput: dict | None) -> None:
     """The WebSocket scenarios, against a `chorus serve` started here with the engine's settings."""
     from bench import ws_bench as ws
-    from bench.loadtest import spawn_server
+    from server.launcher import ServerProcess
 
     args = run.args
     work = Path(tempfile.mkdtemp(prefix="chorus-bench-serve-"))
@@ -227,7 +216,9 @@ def _server_scenarios(run: Run, ckpt: Path, specs, engine_throughput: dict | Non
              str(args.max_batch_size), "--max-packed-tokens", str(args.max_packed_tokens),
              "--max-queue", str(2 * args.requests), "--max-inflight", str(max(16, args.requests // 16))]
     t = time.perf_counter()
-    proc, url = spawn_server(serve, work / "server.log", work / "voices")
+    server = ServerProcess(["--voices-dir", str(work / "voices"), "--log-level", "warning", *serve],
+                           work / "server.log").start()
+    url = server.url
     run.put(("server", "start_seconds"), round(time.perf_counter() - t, 1))
     url = url.replace("http://", "ws://") + "/v1/stream"
     try:
@@ -241,11 +232,7 @@ def _server_scenarios(run: Run, ckpt: Path, specs, engine_throughput: dict | Non
             run.scenario("ws_loaded", ("server", "loaded"),
                          lambda: ws.run(ws.loaded(url, base, duration_s=args.loaded_seconds)))
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except Exception:  # noqa: BLE001 - it had its chance to drain
-            proc.kill()
+        server.stop(timeout=60)  # SIGTERM, then kill if the drain hangs
 
 
 def main(argv: list[str] | None = None) -> int:

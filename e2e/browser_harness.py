@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 import os
-import queue
-import re
-import signal
-import subprocess
-import sys
-import threading
 import wave
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pytest
 from playwright.sync_api import Locator, Page, expect
+
+from server.launcher import ServerProcess, ServerStartError
 
 REPO = Path(__file__).resolve().parent.parent
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
@@ -36,81 +31,31 @@ CHROMIUM_ARGS = [
     "--use-fake-device-for-media-stream",
     "--use-fake-ui-for-media-stream",
 ]
-LISTENING = re.compile(r"Chorus listening on (http://\S+)")
-SERVER_START_TIMEOUT_S = 180
 
 
-@dataclass
-class ChorusServer:
-    url: str
-    port: int
-    proc: subprocess.Popen
-    log_path: Path
-    workdir: Path
-    cache_dir: Path
-    extra_args: list[str] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)
+class ChorusServer(ServerProcess):
+    """A demo-checkpoint `chorus serve` (the shared launcher) with its cache folder."""
 
-    def restart(self) -> None:
-        """Start it again on the same port, voices and checkpoint (after `stop`)."""
-        again = start_server(self.workdir, self.log_path.stem, self.extra_args, port=self.port,
-                             cache_dir=self.cache_dir)
-        self.proc = again.proc
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+    def __init__(self, workdir: Path, name: str, extra_args: list[str], cache_dir: Path):
+        env = dict(os.environ, CHORUS_CACHE_DIR=str(cache_dir))
+        env.pop("CHORUS_MODEL", None)
+        env.pop("CHORUS_API_KEY", None)
+        super().__init__(["--voices-dir", str(workdir / "voices"), *extra_args], ARTIFACTS / f"{name}.log",
+                         env=env, cwd=REPO)
+        self.workdir = workdir
+        self.cache_dir = cache_dir
 
 
 def start_server(workdir: Path, name: str, extra_args: list[str] | None = None,
-                 port: int = 0, cache_dir: Path | None = None) -> ChorusServer:
-    """`python -m server serve`, waiting for its `Chorus listening on ...` line."""
+                 cache_dir: Path | None = None) -> ChorusServer:
+    """`python -m server serve` on the demo checkpoint, once it listens (`restart` keeps the port)."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    log_path = ARTIFACTS / f"{name}.log"
-    cache_dir = cache_dir or workdir / "cache"
-    env = {
-        **os.environ,
-        "CHORUS_CACHE_DIR": str(cache_dir),
-        "PYTHONUNBUFFERED": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-    }
-    env.pop("CHORUS_MODEL", None)
-    env.pop("CHORUS_API_KEY", None)
-    args = [sys.executable, "-m", "server", "serve", "--port", str(port),
-            "--voices-dir", str(workdir / "voices"), *(extra_args or [])]
-    log = open(log_path, "ab" if port else "wb")  # a restart appends to its first log
-    proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=log)
-    lines: queue.Queue[str | None] = queue.Queue()
-
-    def pump() -> None:
-        assert proc.stdout is not None
-        for raw in proc.stdout:
-            log.write(raw)
-            log.flush()
-            lines.put(raw.decode(errors="replace"))
-        lines.put(None)
-
-    threading.Thread(target=pump, daemon=True).start()
-    while True:
-        try:
-            line = lines.get(timeout=SERVER_START_TIMEOUT_S)
-        except queue.Empty:
-            proc.kill()
-            pytest.fail(f"chorus serve printed no 'Chorus listening' line in {SERVER_START_TIMEOUT_S} s; "
-                        f"see {log_path}")
-        if line is None:
-            pytest.fail(f"chorus serve exited with {proc.wait()} before listening; see {log_path}")
-        found = LISTENING.search(line)
-        if found:
-            url = found.group(1).rstrip("/")
-            return ChorusServer(url=url, port=int(url.rsplit(":", 1)[1]), proc=proc, log_path=log_path,
-                                workdir=workdir, cache_dir=cache_dir, extra_args=list(extra_args or []),
-                                env=env)
+    (ARTIFACTS / f"{name}.log").unlink(missing_ok=True)
+    server = ChorusServer(workdir, name, list(extra_args or []), cache_dir or workdir / "cache")
+    try:
+        return server.start()
+    except ServerStartError as exc:
+        pytest.fail(str(exc))
 
 
 # ------------------------------------------------------------------------------ page helpers

@@ -72,7 +72,7 @@ def create_app(cfg: ServerConfig, engine: Engine | None = None) -> Litestar:
     def provide_config(state: State) -> ServerConfig:
         return state.config
 
-    from web.pages import template_config, web_route_handlers
+    from server.api.pages import template_config, web_route_handlers
 
     # Browsers on the allowed other origins may call the HTTP API too (the WebSocket checks
     # the Origin itself: `server.api.auth`).

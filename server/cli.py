@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
 from server.config import ServerConfig, parse_hosts, parse_origins
@@ -114,7 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     # Options are bench's own (`chorus bench --help`); they pass through untouched.
     sub.add_parser("bench", add_help=False,
-                   help="GPU benchmark: the reference and Chorus on the same requests (bench/README.md)")
+                   help="GPU benchmark: the reference and Chorus on the same requests (bench/README.md; "
+                        "from a source checkout)")
     sub.add_parser("loadtest", add_help=False,
                    help="load and soak test: many WebSocket clients against a server, then a report")
     return parser
@@ -164,15 +166,30 @@ def _configure_logging(level: str) -> None:
     configure(level)
 
 
+def _bench(argv: list[str]) -> int:
+    """`chorus bench` runs the repository's `bench/`, which is not installed: checkouts only."""
+    from server.checkout import checkout_root
+
+    root = checkout_root()
+    if root is None:
+        print("chorus bench runs from a source checkout (it needs the repository's bench/ folder, which "
+              "is not installed): clone the repository and run `python -m server bench ...` in it",
+              file=sys.stderr)
+        return 2
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    from bench.cli import main as bench_main
+
+    return bench_main(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
     if args.command == "bench":
-        from bench import main as bench_main
-
-        return bench_main(rest)
+        return _bench(rest)
     if args.command == "loadtest":
-        from bench.loadtest import main as loadtest_main
+        from server.loadtest.cli import main as loadtest_main
 
         return loadtest_main(rest)
     if rest:

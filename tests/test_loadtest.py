@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from bench.loadtest import rss_summary
 from server.cli import main as cli_main
+from server.loadtest.report import rss_summary
 
 
 def test_short_soak_with_50_clients_loses_nothing(tiny_checkpoint, tmp_path):

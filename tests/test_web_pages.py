@@ -10,8 +10,8 @@ import sys
 from litestar import Litestar
 from litestar.testing import TestClient
 
+from server.api.pages import template_config, web_route_handlers
 from server.config import ServerConfig
-from web.pages import template_config, web_route_handlers
 
 
 def page_app(**settings) -> Litestar:
@@ -76,5 +76,5 @@ def test_page_references_only_local_assets():
 
 
 def test_web_layer_does_not_import_torch():
-    code = "import sys, web.pages; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, server.api.pages; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)

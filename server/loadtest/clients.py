@@ -1,42 +1,17 @@
-"""`chorus loadtest`: many WebSocket clients against a Chorus server for a fixed time, then a report.
-
-Each client keeps a few requests in flight with mixed texts and knobs (step counts,
-guidance 0, chunked text, whole or chunk streaming, both encodings, sampling), cancels
-some of them, and checks the protocol as it goes: `accepted` before any event of a request,
-audio chunks in order with `final` on the last, header sample counts equal to the payload,
-`done.chunks` equal to the audio frames sent, and exactly one end (done, cancelled or error)
-per accepted request. When the time is up clients stop sending and wait for what they have
-in flight.
-
-The report (JSON) counts requests by outcome, refusals by code, accepted-but-unfinished
-(must be 0), protocol violations (must be none), latency percentiles, the server's resident
-memory over time (sampled from /proc when the server runs on this machine) and the server's
-own count of requests in flight once every client has left (must be 0). Exit status 0 only
-when nothing was lost and nothing violated the protocol.
-
-Traffic goes only to the given URL (by default a server this command starts on 127.0.0.1).
-
-    chorus loadtest --clients 50 --seconds 240 --out report.json -- --model ckpt-tiny
-    chorus loadtest --url http://127.0.0.1:8000 --server-pid 1234 --clients 20 --seconds 60
-"""
+"""The load test's clients: each keeps a few mixed requests in flight on one WebSocket,
+cancels some, and checks the protocol as frames arrive (see `server.loadtest`)."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
-import os
-import platform
 import random
 import re
-import statistics
 import struct
-import subprocess
-import sys
-import tempfile
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
+
+from server.loadtest.report import Report, rss_mb
 
 TEXTS = [
     "Hello there.",
@@ -46,87 +21,6 @@ TEXTS = [
     "A longer paragraph follows. It has several sentences! Does it chunk? It may, with a low threshold.",
 ]
 END_TYPES = ("done", "cancelled", "error")
-
-
-@dataclass
-class Report:
-    sent: int = 0
-    accepted: int = 0
-    outcomes: dict[str, int] = field(default_factory=lambda: {"done": 0, "cancelled": 0, "error": 0})
-    errors_after_accept: dict[str, int] = field(default_factory=dict)
-    refused: dict[str, int] = field(default_factory=dict)
-    cancels_sent: int = 0
-    cancelled_before_accept: int = 0
-    protocol_violations: list[str] = field(default_factory=list)
-    latencies_ms: list[float] = field(default_factory=list)
-    first_audio_ms: list[float] = field(default_factory=list)
-    audio_seconds: float = 0.0
-    rss_mb: list[tuple[float, float]] = field(default_factory=list)
-    unfinished: int = 0
-    connection_errors: list[str] = field(default_factory=list)
-
-    def violation(self, text: str) -> None:
-        self.protocol_violations.append(text)
-
-    def summary(self, duration: float, settings: dict) -> dict:
-        def pct(values: list[float], q: float) -> float | None:
-            if not values:
-                return None
-            ordered = sorted(values)
-            return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1)
-
-        return {
-            "settings": settings,
-            "duration_s": round(duration, 1),
-            "sent": self.sent,
-            "accepted": self.accepted,
-            "outcomes": self.outcomes,
-            "errors_after_accept": self.errors_after_accept,
-            "refused": self.refused,
-            "cancels_sent": self.cancels_sent,
-            "cancelled_before_accept": self.cancelled_before_accept,
-            "accepted_but_unfinished": self.unfinished,
-            "protocol_violations": len(self.protocol_violations),
-            "protocol_violation_examples": self.protocol_violations[:20],
-            "connection_errors": len(self.connection_errors),
-            "connection_error_examples": self.connection_errors[:20],
-            "done_per_second": round(self.outcomes["done"] / duration, 2) if duration else None,
-            "latency_ms": {"p50": pct(self.latencies_ms, 0.5), "p90": pct(self.latencies_ms, 0.9),
-                           "p95": pct(self.latencies_ms, 0.95), "p99": pct(self.latencies_ms, 0.99),
-                           "max": round(max(self.latencies_ms), 1) if self.latencies_ms else None},
-            "first_audio_ms": {"p50": pct(self.first_audio_ms, 0.5), "p95": pct(self.first_audio_ms, 0.95),
-                               "p99": pct(self.first_audio_ms, 0.99)},
-            "audio_seconds": round(self.audio_seconds, 1),
-            "server_rss_mb": rss_summary(self.rss_mb),
-        }
-
-
-def rss_summary(samples: list[tuple[float, float]]) -> dict:
-    """First, last and peak RSS, and its growth after warm-up: the median of the last
-    quarter of the run minus the median of its second quarter."""
-    if not samples:
-        return {"samples": []}
-    values = [m for _, m in samples]
-    n = len(values)
-    early = values[n // 4 : max(n // 4 + 1, n // 2)]
-    late = values[-max(1, n // 4):]
-    return {
-        "first": values[0], "last": values[-1], "max": max(values),
-        "after_warmup": round(statistics.median(early), 1),
-        "end": round(statistics.median(late), 1),
-        "growth_after_warmup": round(statistics.median(late) - statistics.median(early), 1),
-        "samples": [[round(t, 1), m] for t, m in samples],
-    }
-
-
-def rss_mb(pid: int) -> float | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return round(int(line.split()[1]) / 1024, 1)
-    except OSError:
-        return None
-    return None
 
 
 def request_frame(rid: str, rng: random.Random, num_steps: list[int]) -> dict:
@@ -321,95 +215,3 @@ async def run_load(url: str, clients: int, seconds: float, inflight: int = 2, ca
     result = report.summary(duration, settings)
     result["server_inflight_after"] = left
     return result
-
-
-def passed(result: dict) -> bool:
-    return (result["accepted_but_unfinished"] == 0 and result["protocol_violations"] == 0
-            and result["connection_errors"] == 0 and result.get("server_inflight_after") in (0, 0.0, None))
-
-
-def spawn_server(serve_args: list[str], log_path: Path, voices_dir: Path) -> tuple[subprocess.Popen, str]:
-    """`chorus serve` on 127.0.0.1 with a free port; returns it and its URL once it listens."""
-    args = ["--host", "127.0.0.1", "--port", "0", "--voices-dir", str(voices_dir), "--log-level", "warning",
-            *serve_args]
-    log = open(log_path, "w")
-    proc = subprocess.Popen([sys.executable, "-m", "server", "serve", *args], stdout=subprocess.PIPE,
-                            stderr=log, text=True)
-    line = proc.stdout.readline() if proc.stdout else ""
-    match = re.search(r"Chorus listening on (http://\S+)", line)
-    if not match:
-        proc.kill()
-        proc.wait()
-        raise RuntimeError(f"the server did not start (printed {line!r}); its log: {log_path}")
-    return proc, match.group(1)
-
-
-def _commit() -> str | None:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
-                              cwd=Path(__file__).resolve().parent, timeout=10).stdout.strip() or None
-    except Exception:  # noqa: BLE001 - not a git checkout
-        return None
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="chorus loadtest", description=__doc__.splitlines()[0],
-        epilog="Arguments after `--` go to the `chorus serve` this command starts (without --url).")
-    parser.add_argument("--url", default=None, help="a running server's base URL (default: start one on loopback)")
-    parser.add_argument("--server-pid", type=int, default=None, help="PID whose RSS to sample (with --url)")
-    parser.add_argument("--clients", type=int, default=50)
-    parser.add_argument("--seconds", type=float, default=30.0, help="how long clients send (then they drain)")
-    parser.add_argument("--inflight", type=int, default=2, help="requests each client keeps in flight")
-    parser.add_argument("--cancel-rate", type=float, default=0.15, help="share of requests cancelled soon after")
-    parser.add_argument("--num-steps", default="4,8,16", help="step counts to pick from (comma-separated)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--rss-every", type=float, default=1.0, help="seconds between RSS samples")
-    parser.add_argument("--api-key", default=None)
-    parser.add_argument("--server-log", default=None, help="the started server's log (default: a temporary file)")
-    parser.add_argument("--out", default=None, help="also write the JSON report here")
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    serve_args: list[str] = []
-    if "--" in argv:
-        cut = argv.index("--")
-        argv, serve_args = argv[:cut], argv[cut + 1:]
-    args = build_parser().parse_args(argv)
-    num_steps = [int(x) for x in args.num_steps.split(",") if x.strip()]
-
-    proc = None
-    url, pid = args.url, args.server_pid
-    scratch = tempfile.TemporaryDirectory(prefix="chorus-loadtest-")
-    if url is None:
-        if args.api_key:
-            serve_args = ["--api-key", args.api_key, *serve_args]
-        log_path = Path(args.server_log) if args.server_log else Path(scratch.name) / "server.log"
-        proc, url = spawn_server(serve_args, log_path, Path(scratch.name) / "voices")
-        pid = proc.pid
-    try:
-        result = asyncio.run(run_load(url, args.clients, args.seconds, args.inflight, args.cancel_rate, pid,
-                                      args.seed, args.rss_every, num_steps, args.api_key))
-    finally:
-        if proc is not None:
-            proc.terminate()
-            result_exit = proc.wait(timeout=120)
-        scratch.cleanup()
-    if proc is not None:
-        result["server_exit_status"] = result_exit
-    shown = ["chorus", "loadtest", *argv, *(["--", *serve_args] if serve_args and args.url is None else [])]
-    result["command"] = " ".join(shown)
-    result["machine"] = {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()}
-    result["commit"] = _commit()
-    result["passed"] = passed(result) and result.get("server_exit_status", 0) == 0
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-    return 0 if result["passed"] else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,4 +1,4 @@
-"""The demo page: `GET /` renders `index.html`; `/static` serves the page's JS and CSS.
+"""The demo page: `GET /` renders `web/templates/index.html`; `/static` serves `web/static/`.
 
 The app factory mounts this with::
 
@@ -22,7 +22,20 @@ from litestar.template.config import TemplateConfig
 
 from server import options
 
-WEB_DIR = Path(__file__).resolve().parent
+
+def _web_dir() -> Path:
+    """The page's files: `server/web/` in an installed wheel (package data), else the
+    checkout's `web/` beside `server/` (a checkout, an editable install). Found by path,
+    never imported, so no `web` package anywhere on `sys.path` can stand in for them."""
+    server_dir = Path(__file__).resolve().parent.parent
+    for candidate in (server_dir / "web", server_dir.parent / "web"):
+        if (candidate / "templates" / "index.html").is_file():
+            return candidate
+    raise RuntimeError(f"the demo page's files are missing (looked in {server_dir / 'web'} and "
+                       f"{server_dir.parent / 'web'})")
+
+
+WEB_DIR = _web_dir()
 TEMPLATES_DIR = WEB_DIR / "templates"
 STATIC_DIR = WEB_DIR / "static"
 
