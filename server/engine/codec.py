@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from server.engine.postprocess import cross_fade_chunks, post_process_audio
 from server.engine.types import RequestRejected, VoicePrompt
-from server.engine.upstream_names import cross_fade_chunks
 
 
 class Codec:
@@ -51,18 +51,12 @@ class Codec:
                            rms=float(prompt.ref_rms))
 
 
-# ---- plain functions, so worker processes can run them without a model ----------------------
+# ---- plain functions: the reference's post-processing by its vectorised port ---------------
 
 
 def post_process(audio: np.ndarray, ref_rms: float | None, postprocess: bool, sample_rate: int) -> np.ndarray:
-    """The reference's `_post_process_audio`, which reads nothing of its model but the rate."""
-    from types import SimpleNamespace
-
-    from omnivoice.models.omnivoice import OmniVoice, OmniVoiceGenerationConfig
-
-    config = OmniVoiceGenerationConfig(postprocess_output=postprocess)
-    out = OmniVoice._post_process_audio(SimpleNamespace(sampling_rate=sample_rate), audio, ref_rms=ref_rms,
-                                        gen_config=config)
+    """The reference's `_post_process_audio` (default fade and pad), sample for sample, as (N,)."""
+    out = post_process_audio(audio, ref_rms, postprocess, sample_rate)
     return np.ascontiguousarray(out.squeeze(0), dtype=np.float32)
 
 
