@@ -24,9 +24,6 @@ class EngineSettings:
     # each device's engine in its own process: None = when there are several devices
     engine_processes: bool | None = None
     quantize: str | None = None  # None (the checkpoint's dtype) | "fp8" (Hopper: projections in FP8)
-    # worker processes for the reference's post-processing (it holds the GIL for 15-20 ms a
-    # chunk); None: 2 on CUDA, none (worker threads) on CPU
-    postprocess_processes: int | None = None
 
 
 @dataclass

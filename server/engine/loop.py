@@ -59,7 +59,7 @@ class EngineLoop:
         self.codec = Codec(model)
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self.voice_encoder = VoiceEncoder(self.codec, self.device)
-        self.finisher = Finisher(self.codec, self.device, self._commands.put, processes=settings.postprocess_processes)
+        self.finisher = Finisher(self.codec, self.device, self._commands.put)
         self.frame_rate: int = model.audio_tokenizer.config.frame_rate
         self.sample_rate: int = model.sampling_rate
         self.step_log = StepLog()
