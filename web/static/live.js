@@ -194,7 +194,7 @@ export class LiveSession {
         break;
       case "error":
         this.hooks.onError(msg, this);
-        this.end(msg.code === "stream_idle" ? "The stream ended after a long pause; press Start live to go on." : null);
+        this.end(msg.code === "stream_idle" ? "The stream ended after a long pause; press Start live to go on." : null, true);
         break;
       default:
         break;
@@ -254,7 +254,7 @@ export class LiveSession {
   }
 
   // The stream is over (done, error, or the connection went).
-  end(message) {
+  end(message, failed = Boolean(message)) {
     clearTimeout(this.sendTimer);
     clearTimeout(this.pauseTimer);
     this.sendTimer = null;
@@ -266,7 +266,7 @@ export class LiveSession {
     }
     this.sent = 0;
     this.id = null;
-    this.setState("off", message ? "Stopped" : "Finished");
+    this.setState("off", failed ? "Stopped" : "Finished");
   }
 
   // The connection was lost mid-stream.
