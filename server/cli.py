@@ -72,6 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-batch-size", type=_positive_int, default=16)
     serve.add_argument("--max-packed-tokens", type=_positive_int, default=24576)
     serve.add_argument("--max-queue", type=_positive_int, default=256)
+    serve.add_argument("--max-audio-seconds", type=_positive_float, default=1800.0,
+                       help="audio one request may produce, from its plan; more is refused up front "
+                            "(default 1800)")
+    serve.add_argument("--max-audio-seconds-inflight", type=_positive_float, default=14400.0,
+                       help="audio all accepted requests together may produce (it is held in memory until "
+                            "sent); a request over it gets busy (default 14400)")
     serve.add_argument("--max-text-chars", type=_positive_int, default=5000)
     serve.add_argument("--max-inflight", type=_positive_int, default=16,
                        help="requests one WebSocket connection may have in flight")
@@ -154,6 +160,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     cfg.engine.dtype = args.dtype or ("float32" if args.device == "cpu" else "bfloat16")
     cfg.engine.max_batch_size = args.max_batch_size
     cfg.engine.max_packed_tokens = args.max_packed_tokens
+    cfg.engine.max_audio_seconds = args.max_audio_seconds
+    cfg.engine.max_audio_seconds_inflight = args.max_audio_seconds_inflight
     cfg.engine.attention = args.attention
     cfg.engine.quantize = None if args.quantize == "none" else args.quantize
     cfg.engine.engine_processes = {"auto": None, "yes": True, "no": False}[args.engine_processes]

@@ -20,6 +20,10 @@ class EngineSettings:
     dtype: str = "float32"
     max_batch_size: int = 16
     max_packed_tokens: int = 24576
+    # audio one request may plan (refused up front: invalid_request), and all accepted requests
+    # together (beyond it: busy); defaults documented in README.md and docs/protocol.md "Limits"
+    max_audio_seconds: float | None = 1800.0
+    max_audio_seconds_inflight: float | None = 14400.0
     attention: str = "auto"  # auto | torch | flashinfer
     # each device's engine in its own process: None = when there are several devices
     engine_processes: bool | None = None

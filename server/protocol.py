@@ -17,6 +17,7 @@ from msgspec import Meta, Struct, field
 
 from server import options as table
 from server.engine.types import GenerationOptions
+from server.visible_text import has_visible_text
 
 PROTOCOL_VERSION = 1
 MAX_NUM_STEP = table.MAX_NUM_STEP
@@ -234,8 +235,9 @@ def check_options(options: Any, prefix: str = "options.", request_id: str | None
 
 def check_synthesize(msg: Synthesize) -> None:
     """Rules a schema cannot say: non-empty text, voice/reference exclusive, knob ranges."""
-    if not msg.text.strip():
-        raise ProtocolError("invalid_request", "text: must not be empty", msg.id, field="text")
+    if not has_visible_text(msg.text):
+        raise ProtocolError("invalid_request", "text: must not be empty (nothing but spaces or invisible "
+                            "characters)", msg.id, field="text")
     if msg.voice is not None and msg.reference is not None:
         raise ProtocolError("invalid_request", "reference: voice and reference are exclusive; send one", msg.id,
                             field="reference")
@@ -319,7 +321,8 @@ def parse_speech_request(body: bytes) -> SpeechRequest:
     except msgspec.ValidationError as exc:
         at, message = describe_validation_error(exc, _SPEECH_RULES)
         raise ProtocolError("invalid_request", message, field=at) from None
-    if not req.input.strip():
-        raise ProtocolError("invalid_request", "input: must not be empty", field="input")
+    if not has_visible_text(req.input):
+        raise ProtocolError("invalid_request", "input: must not be empty (nothing but spaces or invisible "
+                            "characters)", field="input")
     check_options(req, prefix="")
     return req

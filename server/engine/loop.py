@@ -18,6 +18,7 @@ import time
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import torch
@@ -121,11 +122,16 @@ class EngineLoop:
             time.sleep(0.02)
         return False
 
-    def submit(self, request: SynthesisRequest, sink: EventSink) -> Accepted:
-        """Validate and plan on the caller's thread, then queue for the engine thread."""
+    def submit(self, request: SynthesisRequest, sink: EventSink,
+               admit: Callable[[float], None] | None = None) -> Accepted:
+        """Validate and plan on the caller's thread, then queue for the engine thread.
+
+        `admit(seconds)`, when given, is called with the planned audio right before the
+        request is queued; it refuses by raising `RequestRejected` (the pool's audio budget).
+        """
         if self._stopping.is_set() or not self._accepting:
             raise RequestRejected(SHUTTING_DOWN, code="busy")
-        plan = plan_request(self.model, request, self.frame_rate)
+        plan = plan_request(self.model, request, self.frame_rate, self.settings.max_audio_seconds)
         seed = request.options.seed
         if seed is None:
             seed = int.from_bytes(os.urandom(8), "little")
@@ -142,6 +148,8 @@ class EngineLoop:
                     f"{self.scheduler.max_packed_tokens} (shorten the text or lower duration)", field="text")
         with self._lock:
             self._refuse_if_closed_or_live(request.request_id)
+            if admit is not None:
+                admit(sum(c.target_len for c in plan.chunks) / self.frame_rate)
             self._live_ids.add(request.request_id)
             self._commands.put(Submit(state))  # under the lock: the thread drains once more as it exits
         return Accepted(request.request_id, state.num_chunks,

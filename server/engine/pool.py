@@ -16,6 +16,7 @@ from concurrent.futures import Future
 import numpy as np
 
 from server.config import EngineSettings
+from server.engine.audio_budget import AudioBudget
 from server.engine.loop import EngineLoop
 from server.engine.types import (Accepted, EngineEvent, EngineStats, EventSink, Finished, RequestRejected,
                                  SynthesisRequest)
@@ -40,10 +41,11 @@ def expand_devices(device: str) -> list[str]:
 
 
 class EnginePool:
-    def __init__(self, engines: list[EngineLoop]):
+    def __init__(self, engines: list[EngineLoop], max_audio_seconds_inflight: float | None = None):
         if not engines:
             raise ValueError("an engine pool needs at least one engine")
         self.engines = engines
+        self.audio_budget = AudioBudget(max_audio_seconds_inflight)
         self._lock = threading.Lock()
         self._owner: dict[str, int] = {}
         self._work: list[int] = [0] * len(engines)
@@ -68,7 +70,7 @@ class EnginePool:
                 engines.append(EngineLoop.load(model_path, one, name=f"engine{index}"))
                 if asr_model:
                     engines[-1].model.load_asr_model(asr_model)
-        return cls(engines)
+        return cls(engines, settings.max_audio_seconds_inflight)
 
     # the single-engine API ------------------------------------------------------------
 
@@ -104,6 +106,7 @@ class EnginePool:
 
         def release(event: EngineEvent) -> None:
             if isinstance(event, Finished):
+                self.audio_budget.release(rid)
                 with self._lock:
                     if self._owner.pop(rid, None) is not None:
                         self._work[index] -= self._cost.pop(rid, 0)
@@ -115,8 +118,9 @@ class EnginePool:
             # reserve before submitting: the engine may finish the request at once
             self._owner[rid] = index
         try:
-            accepted = engine.submit(request, release)
+            accepted = engine.submit(request, release, admit=lambda seconds: self.audio_budget.reserve(rid, seconds))
         except Exception:
+            self.audio_budget.release(rid)
             with self._lock:
                 self._owner.pop(rid, None)
             raise

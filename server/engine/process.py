@@ -24,7 +24,7 @@ import multiprocessing
 import threading
 import time
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -221,14 +221,24 @@ class EngineProcess:
             self.proc.kill()
             self.proc.join(5)
 
-    def submit(self, request: SynthesisRequest, sink: EventSink) -> Accepted:
+    def submit(self, request: SynthesisRequest, sink: EventSink,
+               admit: Callable[[float], None] | None = None) -> Accepted:
+        """As `EngineLoop.submit`; `admit` runs here once the child has planned and queued
+        the request (it cannot cross the pipe): a refusal cancels it there, unseen."""
         with self._lock:  # events may come before the reply: the sink is in place first
             if request.request_id in self._sinks:
                 raise RequestRejected(f"id: {request.request_id!r} is already in flight", field="id",
                                       code="duplicate_id")
             self._sinks[request.request_id] = sink
         try:
-            return self._call("submit", request).result(CALL_TIMEOUT_S)
+            accepted = self._call("submit", request).result(CALL_TIMEOUT_S)
+            if admit is not None:
+                try:
+                    admit(sum(accepted.target_seconds))
+                except BaseException:
+                    self.cancel(request.request_id)
+                    raise
+            return accepted
         except BaseException:
             with self._lock:
                 self._sinks.pop(request.request_id, None)

@@ -27,6 +27,7 @@ from server.engine.upstream_names import (
     resolve_language,
 )
 from server.options import first_problem
+from server.visible_text import has_visible_text
 
 _U64 = (1 << 64) - 1
 
@@ -66,13 +67,29 @@ def validate_voice(voice: VoicePrompt, num_codebooks: int, codebook_size: int) -
         raise RequestRejected(f"voice: codes must be in 0..{codebook_size - 1}", field="voice")
 
 
-def plan_request(model, request: SynthesisRequest, frame_rate: int) -> RequestPlan:
-    """Chunk the text and size every canvas exactly as `OmniVoice.generate()` would."""
+def plan_request(model, request: SynthesisRequest, frame_rate: int,
+                 max_audio_seconds: float | None = None) -> RequestPlan:
+    """Chunk the text and size every canvas exactly as `OmniVoice.generate()` would; refuse
+    a plan of more than `max_audio_seconds` of audio before anything is queued."""
+    plan = _plan(model, request, frame_rate)
+    seconds = sum(chunk.target_len for chunk in plan.chunks) / frame_rate
+    if max_audio_seconds is not None and seconds > max_audio_seconds:
+        opts = request.options
+        field = "options.duration" if opts.duration is not None else (
+            "options.speed" if opts.speed is not None and opts.speed < 1 else "text")
+        raise RequestRejected(f"{field}: the request would make {seconds:.0f} s of audio, over this server's "
+                              f"limit of {max_audio_seconds:g} s (shorten the text, or raise speed or lower "
+                              "duration)", field=field)
+    return plan
+
+
+def _plan(model, request: SynthesisRequest, frame_rate: int) -> RequestPlan:
     opts = request.options
     validate_options(opts)
     text = request.text
-    if not text or not text.strip():
-        raise RequestRejected("text: must not be empty", field="text")
+    if not has_visible_text(text):
+        raise RequestRejected("text: must not be empty (nothing but spaces or invisible characters)",
+                              field="text")
     language = resolve_language(request.language)
     instruct = None
     if request.instruct is not None:
@@ -110,6 +127,9 @@ def plan_request(model, request: SynthesisRequest, frame_rate: int) -> RequestPl
         for chunk in texts:
             chunks.append(ChunkPlan(chunk, model._estimate_target_tokens(chunk, ref_text, ref_len, speed=speed)))
         return RequestPlan(language, instruct, chunks, chunk_speed, chained=False)
+    # Later chunks take chunk 0 as their reference, sized from chunk 0's length, which the
+    # speed already stretched, and then divided by the speed again: the reference's
+    # `_generate_chunked` does the same (kept for parity; see docs/protocol.md).
     first_len = model._estimate_target_tokens(texts[0], None, None, speed=speed)
     chunks.append(ChunkPlan(texts[0], first_len))
     for chunk in texts[1:]:
