@@ -142,3 +142,30 @@ def test_chained_chunks_are_sized_as_the_reference_sizes_them(reference_model, m
     plan = plan_request(model, SynthesisRequest("x", text, options=GenerationOptions(
         chunk_threshold=0.0, chunk_seconds=3.0, **options)), frame_rate)
     assert plan.chained and [c.target_len for c in plan.chunks] == sizes
+
+
+@pytest.mark.parametrize("processes", [False, True], ids=["engine-thread", "engine-process"])
+def test_the_pool_budget_holds_for_engine_threads_and_processes(tiny_checkpoint, processes):
+    from server.config import EngineSettings
+    from server.engine.pool import EnginePool
+    from server.engine.types import RequestRejected
+    from tests.engine_helpers import Collector
+
+    settings = EngineSettings(device="cpu", engine_processes=processes, max_audio_seconds_inflight=30.0)
+    pool = EnginePool.load(str(tiny_checkpoint), settings)
+    pool.start()
+    try:
+        sink = Collector()
+        heavy = GenerationOptions(num_step=64, duration=25.0)
+        pool.submit(SynthesisRequest("a", "Hold this one.", options=heavy), sink)
+        with pytest.raises(RequestRejected) as info:
+            pool.submit(SynthesisRequest("b", "And this.", options=GenerationOptions(duration=10.0)), sink)
+        assert info.value.code == "busy" and pool.audio_budget.held_seconds == pytest.approx(25.0)
+        pool.cancel("a")
+        sink.wait(["a"])
+        assert sink.outcome("a") == "cancelled" and "b" not in sink.finished  # the refused one is never seen
+        pool.submit(SynthesisRequest("b", "And this.", options=GenerationOptions(num_step=2, duration=10.0)), sink)
+        sink.wait(["b"])
+        assert sink.outcome("b") == "done" and pool.audio_budget.held_seconds == 0
+    finally:
+        pool.stop()
