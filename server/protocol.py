@@ -21,14 +21,16 @@ from server.visible_text import has_visible_text
 
 PROTOCOL_VERSION = 1
 MAX_NUM_STEP = table.MAX_NUM_STEP
-ENCODINGS = ("pcm_s16le", "f32le")
+ENCODINGS = ("pcm_s16le", "f32le", "mulaw", "alaw", "opus")
+SAMPLE_RATES = (8000, 16000, 22050, 24000, 44100, 48000)
+OPUS_SAMPLE_RATES = (8000, 16000, 24000, 48000)  # the rates libopus takes
 ERROR_CODES = (
     "bad_message", "invalid_request", "duplicate_id", "voice_not_found", "text_too_long",
     "too_many_requests", "busy", "unauthorized", "internal",
 )
 ID_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
 
-Encoding = Literal["pcm_s16le", "f32le"]
+Encoding = Literal["pcm_s16le", "f32le", "mulaw", "alaw", "opus"]
 ErrorCode = Literal[
     "bad_message", "invalid_request", "duplicate_id", "voice_not_found", "text_too_long",
     "too_many_requests", "busy", "unauthorized", "internal",
@@ -80,6 +82,7 @@ class Synthesize(Struct, tag="synthesize", tag_field="type", forbid_unknown_fiel
     instruct: str | None = None
     language: str | None = None
     encoding: Encoding = "pcm_s16le"
+    sample_rate: int | None = None  # default: 24000, 8000 for mulaw/alaw
     # "sentence" is accepted as another name for "chunk" (docs/protocol.md's example spells it so).
     stream: Literal["chunk", "whole", "sentence"] = "chunk"
     progress: bool = True
@@ -117,6 +120,7 @@ class Ready(Struct, tag="ready", tag_field="type"):
     limits: Limits
     protocol: int = PROTOCOL_VERSION
     encodings: list[str] = field(default_factory=lambda: list(ENCODINGS))
+    sample_rates: list[int] = field(default_factory=lambda: list(SAMPLE_RATES))
 
 
 class AcceptedMsg(Struct, tag="accepted", tag_field="type"):
@@ -133,13 +137,14 @@ class ProgressMsg(Struct, tag="progress", tag_field="type"):
     fraction: float
 
 
-class AudioHeader(Struct, tag="audio", tag_field="type"):
+class AudioHeader(Struct, tag="audio", tag_field="type", omit_defaults=True):
     id: str
     chunk: int
     final: bool
     sample_rate: int
     encoding: str
     samples: int
+    packets: list[int] | None = None  # opus only: each packet's byte length, in order
 
 
 class Timings(Struct):
@@ -233,6 +238,17 @@ def check_options(options: Any, prefix: str = "options.", request_id: str | None
         raise ProtocolError("invalid_request", f"{prefix}{name}: {rule}", request_id, field=f"{prefix}{name}")
 
 
+def check_sample_rate(encoding: str, sample_rate: int | None, request_id: str | None = None) -> None:
+    """`sample_rate` is one the wire offers, and one the encoding can carry."""
+    if sample_rate is None:
+        return
+    rates = OPUS_SAMPLE_RATES if encoding == "opus" else SAMPLE_RATES
+    if sample_rate not in rates:
+        what = "with opus, one of " if encoding == "opus" else "one of "
+        raise ProtocolError("invalid_request", "sample_rate: must be " + what + ", ".join(map(str, rates)),
+                            request_id, field="sample_rate")
+
+
 def check_synthesize(msg: Synthesize) -> None:
     """Rules a schema cannot say: non-empty text, voice/reference exclusive, knob ranges."""
     if not has_visible_text(msg.text):
@@ -246,6 +262,7 @@ def check_synthesize(msg: Synthesize) -> None:
     if msg.reference is not None and not msg.reference.audio:
         raise ProtocolError("invalid_request", "reference.audio: must be a base64 audio file", msg.id,
                             field="reference.audio")
+    check_sample_rate(msg.encoding, msg.sample_rate, msg.id)
     check_options(msg.options, request_id=msg.id)
 
 
@@ -284,7 +301,13 @@ def parse_client_message(data: str | bytes) -> ClientMessage:
 
 # ---- OpenAI-compatible speech ----------------------------------------------------------
 
-SpeechFormat = Literal["wav", "pcm", "flac"]
+SpeechFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
+
+
+class VoiceRef(Struct, forbid_unknown_fields=True):
+    """OpenAI's custom-voice form of `voice`: `{"id": "..."}`."""
+
+    id: str
 
 
 class SpeechRequest(Options, forbid_unknown_fields=True, kw_only=True):
@@ -296,19 +319,23 @@ class SpeechRequest(Options, forbid_unknown_fields=True, kw_only=True):
 
     input: str
     model: Any = None
-    voice: str | None = None
+    voice: str | VoiceRef | None = None
     instructions: str | None = None
-    response_format: SpeechFormat = "wav"
-    stream_format: Literal["audio"] | None = None  # OpenAI's; only raw audio is offered
+    response_format: SpeechFormat = "mp3"
+    stream_format: Literal["audio", "sse"] | None = None  # sse: OpenAI's speech.audio.* events
     language: str | None = None
+
+    @property
+    def voice_name(self) -> str | None:
+        return self.voice.id if isinstance(self.voice, VoiceRef) else self.voice
 
     def options(self) -> Options:
         return Options(**{name: getattr(self, name) for name in table.NAMES})
 
 
 _SPEECH_RULES: dict[str, str] = {}
-_SPEECH_RULES["response_format"] = "must be wav, pcm or flac"
-_SPEECH_RULES["stream_format"] = "must be audio (server-sent events are not offered)"
+_SPEECH_RULES["response_format"] = "must be mp3, opus, aac, flac, wav or pcm"
+_SPEECH_RULES["stream_format"] = "must be audio or sse"
 
 
 def parse_speech_request(body: bytes) -> SpeechRequest:

@@ -1,26 +1,32 @@
 """`POST /v1/audio/speech`: OpenAI's speech endpoint, with OmniVoice's knobs at top level.
 
-The official `openai` client's `audio.speech.create` works unchanged. `pcm` and `wav` are
-streamed chunk by chunk as the text's chunks finish (a wav of several chunks carries the
-"length unknown" sizes streamed WAV uses); `flac` is written whole, cross-faded as the
-reference joins chunks.
+The official `openai` client works unchanged (every example of OpenAI's text-to-speech guide).
+`mp3` (the default, as OpenAI's), `opus` (Ogg), `aac` (ADTS), `wav` and `pcm` are streamed
+as the text's chunks finish (`server.encoders`); `flac` is written whole, cross-faded as the
+reference joins chunks. `stream_format: "sse"` wraps the same bytes in OpenAI's
+`speech.audio.delta` events, then one `speech.audio.done`. Free-text `instructions` are
+mapped to OmniVoice's items; what is left out is named in `X-Chorus-Ignored-Instructions`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import itertools
+import json
 import logging
 import time
 from typing import AsyncIterator
 
-from litestar import Request, Response, post
+from litestar import Request, Response, get, post
 from litestar.response import Stream
 
 from server import protocol as p
 from server.api.errors import ApiError, error_response
-from server.audio_io import encode_flac, encode_samples, wav_header
+from server.audio_io import encode_flac
+from server.builtin_voices import BUILTIN_NAMES
 from server.config import ServerConfig
+from server.encoders import HTTP_FORMATS, StreamEncoder, http_encoder
 from server.engine.types import (
     SHUTTING_DOWN,
     ChunkAudio,
@@ -28,16 +34,14 @@ from server.engine.types import (
     SynthesisRequest,
     VoicePrompt,
 )
+from server.instructions import header_value, map_instructions
 from server.service import ServiceError, SynthesisService
 
 log = logging.getLogger("chorus.speech")
 _request_ids = itertools.count(1)
 ENDPOINT = "speech"
-MEDIA_TYPES = {"wav": "audio/wav", "pcm": "audio/pcm", "flac": "audio/flac"}
-# OpenAI's built-in voice names: they select the model's own voice (no cloning), so clients
-# written for OpenAI work unchanged. A library voice is named by its id.
-OPENAI_VOICES = frozenset({"alloy", "ash", "ballad", "cedar", "coral", "echo", "fable", "marin", "nova",
-                           "onyx", "sage", "shimmer", "verse"})
+IGNORED_HEADER = "X-Chorus-Ignored-Instructions"
+USED_HEADER = "X-Chorus-Instructions"
 
 
 # the engine names fields as the WebSocket spells them; say them as this endpoint does
@@ -57,9 +61,12 @@ def _http_error(exc: ServiceError) -> ApiError:
 
 
 async def _voice(service: SynthesisService, voice: str | None) -> VoicePrompt | None:
-    if voice is None or voice.lower() in OPENAI_VOICES:
+    """None (the model's own voice), a built-in name, a library id or a display name."""
+    if voice is None:
         return None
-    return await service.library_voice(voice)
+    if voice.lower() in BUILTIN_NAMES:
+        return await service.builtin_voice(voice.lower())
+    return await service.library_voice_by_name(voice)
 
 
 async def _next_audio(events: asyncio.Queue) -> ChunkAudio | Finished:
@@ -73,6 +80,10 @@ def _failure(event: Finished) -> Response:
     if event.outcome == "cancelled":
         return error_response("busy", SHUTTING_DOWN, 503)
     return error_response("internal", event.message or "the engine failed on this request", 500)
+
+
+def _sse(event: dict) -> bytes:
+    return f"data: {json.dumps(event, separators=(',', ':'))}\n\n".encode()
 
 
 @post("/audio/speech", status_code=200)
@@ -89,14 +100,16 @@ async def speech(request: Request, service: SynthesisService, config: ServerConf
                        f"{config.max_text_chars}", field="input")
     request_id = f"h{next(_request_ids)}"
     fmt = body.response_format
+    sse = body.stream_format == "sse"
+    instructions = map_instructions(body.instructions)
     try:
-        voice = await _voice(service, body.voice)
+        voice = await _voice(service, body.voice_name)
     except ServiceError as exc:
         service.reject(ENDPOINT, exc.code)
         raise _http_error(exc) from None
     try:
         synth = SynthesisRequest(
-            request_id=request_id, text=body.input, language=body.language, instruct=body.instructions,
+            request_id=request_id, text=body.input, language=body.language, instruct=instructions.instruct,
             voice=voice, stream="whole" if fmt == "flac" else "chunk", received_at=received_at,
             options=p.generation_options(body),
         )
@@ -106,6 +119,11 @@ async def speech(request: Request, service: SynthesisService, config: ServerConf
         raise _http_error(exc) from None
 
     headers = {"X-Request-Id": request_id, "X-Sample-Rate": str(service.sample_rate)}
+    if instructions.instruct:
+        headers[USED_HEADER] = header_value([instructions.instruct])
+    if instructions.ignored:
+        headers[IGNORED_HEADER] = header_value(instructions.ignored)
+        log.info("instructions ignored: %s", "; ".join(instructions.ignored), extra={"request_id": request_id})
     try:
         first = await _next_audio(events)
     except BaseException:  # the client went away while we waited
@@ -114,30 +132,89 @@ async def speech(request: Request, service: SynthesisService, config: ServerConf
     if isinstance(first, Finished):
         return _failure(first)
     rate = first.sample_rate
-    if fmt == "flac" or (fmt == "wav" and first.final):
-        audio = first.audio  # whole (flac asks for stream="whole") or the only chunk
-        content = encode_flac(audio, rate) if fmt == "flac" else wav_header(rate, len(audio)) + encode_samples(
-            audio, "pcm_s16le")
-        return Response(content, media_type=MEDIA_TYPES[fmt], headers=headers)
+    media_type = "text/event-stream" if sse else HTTP_FORMATS[fmt].media_type
+    if not sse and (fmt == "flac" or (fmt in ("wav", "pcm") and first.final)):
+        # whole (flac asks for stream="whole") or the only chunk: a file with its true length
+        content = encode_flac(first.audio, rate) if fmt == "flac" else _whole(fmt, first.audio, rate)
+        return Response(content, media_type=media_type, headers=headers)
 
-    async def chunks() -> AsyncIterator[bytes]:
+    async def audio() -> AsyncIterator[bytes]:
+        """The format's bytes as each chunk arrives; ends cut short if the request fails."""
+        if fmt == "flac":  # only with sse: one delta holds the whole file
+            yield encode_flac(first.audio, rate)
+            await _expect_end(events, request_id)
+            return
+        encoder: StreamEncoder = http_encoder(fmt, rate)
+        try:
+            event: ChunkAudio | Finished = first
+            while not isinstance(event, Finished):
+                data = encoder.push(event.audio, last=event.final).data
+                if data:
+                    yield data
+                event = await _next_audio(events)
+            _check_done(event, request_id)
+        finally:
+            encoder.close()
+
+    async def body_bytes() -> AsyncIterator[bytes]:
         ended = False
         try:
-            if fmt == "wav":
-                yield wav_header(rate, None)
-            event: ChunkAudio | Finished = first
-            while True:
-                if isinstance(event, Finished):
-                    ended = True
-                    if event.outcome != "done":  # cut the body short: the client sees a broken stream
-                        raise RuntimeError(f"request {request_id} ended mid-stream: {event.outcome} "
-                                           f"({event.message})")
-                    return
-                yield encode_samples(event.audio, "pcm_s16le")
-                event = await _next_audio(events)
+            if not sse:
+                async for data in audio():
+                    yield data
+            else:
+                async for data in audio():
+                    yield _sse({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()})
+                words = len(body.input.split())
+                frames = round(accepted_seconds[0] * 25)
+                yield _sse({"type": "speech.audio.done",
+                            "usage": {"input_tokens": words, "output_tokens": frames, "total_tokens": words + frames}})
+            ended = True
         finally:
             if not ended:
                 service.cancel(request_id)
 
-    log.debug("streaming", extra={"request_id": request_id, "chunks": accepted.chunks, "format": fmt})
-    return Stream(chunks(), media_type=MEDIA_TYPES[fmt], headers=headers)
+    accepted_seconds = [sum(accepted.target_seconds)]
+    log.debug("streaming", extra={"request_id": request_id, "chunks": accepted.chunks, "format": fmt, "sse": sse})
+    return Stream(body_bytes(), media_type=media_type, headers=headers)
+
+
+def _whole(fmt: str, audio, rate: int) -> bytes:
+    encoder = http_encoder(fmt, rate)
+    data = encoder.push(audio, last=True).data
+    if fmt == "wav":  # the length is known: a plain WAV header, not the streamed one
+        from server.audio_io import wav_header
+
+        data = wav_header(rate, len(audio)) + data[44:]
+    return data
+
+
+def _check_done(event: Finished, request_id: str) -> None:
+    if event.outcome != "done":  # cut the body short: the client sees a broken stream
+        raise RuntimeError(f"request {request_id} ended mid-stream: {event.outcome} ({event.message})")
+
+
+async def _expect_end(events: asyncio.Queue, request_id: str) -> None:
+    event = await _next_audio(events)
+    while not isinstance(event, Finished):
+        event = await _next_audio(events)
+    _check_done(event, request_id)
+
+
+class ModelCard(p.Struct):
+    id: str
+    object: str = "model"
+    created: int = 0
+    owned_by: str = "chorus"
+
+
+class ModelList(p.Struct):
+    data: list[ModelCard]
+    object: str = "list"
+
+
+@get("/models")
+async def list_models(service: SynthesisService) -> ModelList:
+    """OpenAI's model list: the served model. Any `model` name is accepted by the speech
+    endpoint (clients send `tts-1`, `gpt-4o-mini-tts`...); all of them mean this one."""
+    return ModelList([ModelCard(service.model_name, created=service.started_at)])

@@ -1,0 +1,214 @@
+"""Streaming audio encoders: the model's float samples in, a format's bytes out, chunk by chunk.
+
+Every output format goes through one `StreamEncoder`: `encode(samples)` as each chunk of a
+request arrives returns the bytes that are ready (a client can play them at once) and
+`finish()` returns the tail. No codec is written by hand:
+- `mp3`, `aac` (ADTS) and `opus` (Ogg Opus, or bare Opus packets for the WebSocket) go through
+  PyAV (FFmpeg's libmp3lame, native AAC and libopus). libsndfile also writes MP3, but it seeks
+  back to the file's start on close to patch a header, so it cannot stream to a socket.
+- `mulaw` / `alaw` (G.711) go through libsndfile (soundfile's RAW ULAW / ALAW subtypes): one
+  byte per sample, no state, so each chunk is converted on its own.
+- `pcm_s16le`, `f32le` and `wav` are the samples themselves (`audio_io.encode_samples`).
+- Another sample rate goes through soxr's streaming resampler (`HQ`), so chunk joins are seamless.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+import numpy as np
+import soundfile as sf
+import soxr
+
+from server.audio_io import encode_samples, to_pcm16, wav_header
+
+TELEPHONY_RATE = 8000
+_BIT_RATES = {"mp3": 64000, "aac": 64000, "opus": 32000}
+
+
+@dataclass(frozen=True)
+class Format:
+    """One output format: its HTTP content type and whether bytes flow before the end."""
+
+    name: str
+    media_type: str
+    streams: bool = True
+
+
+HTTP_FORMATS = {
+    "mp3": Format("mp3", "audio/mpeg"),
+    "opus": Format("opus", "audio/ogg"),
+    "aac": Format("aac", "audio/aac"),
+    "flac": Format("flac", "audio/flac", streams=False),
+    "wav": Format("wav", "audio/wav"),
+    "pcm": Format("pcm", "audio/pcm"),
+}
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """What one `push` made: the bytes, how many samples they decode to, and (bare Opus
+    only) the byte length of each packet in `data`, in order."""
+
+    data: bytes
+    samples: int
+    packets: list[int] | None = None
+
+
+class StreamEncoder:
+    """One request's encoder: `push(samples, last)` per chunk, in order; `last` on the final
+    one flushes the resampler and the codec. The audio arrives at `in_rate` and leaves at
+    `out_rate` (soxr's streaming resampler between, `HQ`, so chunk joins are seamless)."""
+
+    def __init__(self, in_rate: int, out_rate: int):
+        self.out_rate = out_rate
+        self._resampler = None if in_rate == out_rate else soxr.ResampleStream(
+            in_rate, out_rate, 1, dtype="float32", quality="HQ")
+
+    def push(self, samples: np.ndarray, last: bool = False) -> Encoded:
+        samples = np.ascontiguousarray(samples, dtype=np.float32)
+        if self._resampler is not None:
+            samples = self._resampler.resample_chunk(samples, last=last)
+        return self._encode(samples, last)
+
+    def _encode(self, samples: np.ndarray, last: bool) -> Encoded:
+        raise NotImplementedError
+
+
+class RawEncoder(StreamEncoder):
+    """pcm_s16le / f32le samples; with `wav`, a streamed WAV (the header first, its sizes
+    "unknown", as streamed WAV is written)."""
+
+    def __init__(self, encoding: str, in_rate: int, out_rate: int, wav: bool = False):
+        super().__init__(in_rate, out_rate)
+        self.encoding = encoding
+        self._header = wav_header(out_rate, None) if wav else b""
+
+    def _encode(self, samples: np.ndarray, last: bool) -> Encoded:
+        head, self._header = self._header, b""
+        return Encoded(head + encode_samples(samples, self.encoding), int(samples.size))
+
+
+class G711Encoder(StreamEncoder):
+    """mu-law or A-law, one byte per sample, through libsndfile's G.711 tables (stateless,
+    so each chunk converts on its own)."""
+
+    def __init__(self, law: str, in_rate: int, out_rate: int):
+        super().__init__(in_rate, out_rate)
+        self._subtype = {"mulaw": "ULAW", "alaw": "ALAW"}[law]
+
+    def _encode(self, samples: np.ndarray, last: bool) -> Encoded:
+        if samples.size == 0:
+            return Encoded(b"", 0)
+        buf = io.BytesIO()
+        sf.write(buf, to_pcm16(samples), self.out_rate, format="RAW", subtype=self._subtype)
+        return Encoded(buf.getvalue(), int(samples.size))
+
+
+class _Sink:
+    """Where PyAV's muxer writes: collects bytes until taken; not seekable, so the muxer
+    never goes back to patch what a client already has."""
+
+    def __init__(self) -> None:
+        self._parts: list[bytes] = []
+
+    def write(self, data) -> int:
+        self._parts.append(bytes(data))
+        return len(data)
+
+    def seekable(self) -> bool:
+        return False
+
+    def take(self) -> bytes:
+        out = b"".join(self._parts)
+        self._parts.clear()
+        return out
+
+
+class _AVBase(StreamEncoder):
+    def __init__(self, in_rate: int, out_rate: int):
+        import av  # FFmpeg's libraries load only where a compressed format is asked for
+
+        super().__init__(in_rate, out_rate)
+        self._av = av
+        self._pts = 0
+
+    def _frame(self, samples: np.ndarray):
+        frame = self._av.AudioFrame.from_ndarray(samples[None, :], format="flt", layout="mono")
+        frame.sample_rate, frame.pts = self.out_rate, self._pts
+        self._pts += samples.size
+        return frame
+
+    def _packets(self, encode, samples: np.ndarray, last: bool) -> list:
+        packets = list(encode(self._frame(samples))) if samples.size else []
+        return packets + list(encode(None)) if last else packets
+
+
+class AVEncoder(_AVBase):
+    """mp3 / aac (ADTS) / opus (Ogg) through PyAV's encoders and muxers, packet by packet."""
+
+    _CODECS = {"mp3": ("mp3", "libmp3lame", {}),
+               "aac": ("adts", "aac", {}),
+               # a page every 100 ms at most, so a chunk's audio leaves with the chunk
+               "opus": ("ogg", "libopus", {"page_duration": "100000"})}
+
+    def __init__(self, fmt: str, in_rate: int, out_rate: int):
+        super().__init__(in_rate, out_rate)
+        container, codec, options = self._CODECS[fmt]
+        self._sink = _Sink()
+        self._out = self._av.open(self._sink, mode="w", format=container, options=options)
+        self._stream = self._out.add_stream(codec, rate=out_rate, layout="mono")
+        self._stream.bit_rate = _BIT_RATES[fmt]
+        self._open = True
+
+    def _encode(self, samples: np.ndarray, last: bool) -> Encoded:
+        self._out.mux(self._packets(self._stream.encode, samples, last))
+        if last:
+            self.close()
+        return Encoded(self._sink.take(), int(samples.size))
+
+    def close(self) -> None:
+        """End the container (its trailer goes to the sink); safe to call twice."""
+        if self._open:
+            self._open = False
+            self._out.close()
+
+
+class OpusPacketEncoder(_AVBase):
+    """Bare Opus packets (20 ms each), no container: what WebCodecs' `AudioDecoder` takes
+    (`{codec: "opus", sampleRate, numberOfChannels: 1}`), one `EncodedAudioChunk` a packet."""
+
+    def __init__(self, in_rate: int, out_rate: int):
+        super().__init__(in_rate, out_rate)
+        self._codec = self._av.CodecContext.create("libopus", "w")
+        self._codec.sample_rate = out_rate
+        self._codec.layout = "mono"
+        self._codec.format = "flt"
+        self._codec.bit_rate = _BIT_RATES["opus"]
+
+    def _encode(self, samples: np.ndarray, last: bool) -> Encoded:
+        packets = [bytes(p) for p in self._packets(self._codec.encode, samples, last)]
+        return Encoded(b"".join(packets), int(samples.size), [len(p) for p in packets])
+
+
+def http_encoder(fmt: str, rate: int) -> StreamEncoder:
+    """The streaming encoder of an HTTP `response_format` (not flac: written whole)."""
+    if fmt in ("mp3", "aac", "opus"):
+        return AVEncoder(fmt, rate, rate)
+    if fmt in ("wav", "pcm"):
+        return RawEncoder("pcm_s16le", rate, rate, wav=fmt == "wav")
+    raise ValueError(f"no streaming encoder for {fmt!r}")
+
+
+def ws_encoder(encoding: str, in_rate: int, out_rate: int) -> StreamEncoder:
+    """The encoder of a WebSocket `encoding` at `out_rate` Hz."""
+    if encoding in ("mulaw", "alaw"):
+        return G711Encoder(encoding, in_rate, out_rate)
+    if encoding == "opus":
+        return OpusPacketEncoder(in_rate, out_rate)
+    return RawEncoder(encoding, in_rate, out_rate)
+
+
+def default_rate(encoding: str, model_rate: int) -> int:
+    """A WebSocket request's rate when it names none: 8 kHz for telephony, else the model's."""
+    return TELEPHONY_RATE if encoding in ("mulaw", "alaw") else model_rate
