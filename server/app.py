@@ -80,14 +80,15 @@ def create_app(cfg: ServerConfig, engine: Engine | None = None) -> Litestar:
     if cfg.allowed_origins:
         cors = CORSConfig(allow_origins=["*"] if "*" in cfg.allowed_origins else list(cfg.allowed_origins),
                           allow_methods=["GET", "POST", "DELETE"], allow_headers=["Authorization", "Content-Type"],
-                          expose_headers=["X-Request-Id", "X-Sample-Rate", "Retry-After"])
+                          expose_headers=["X-Request-Id", "X-Sample-Rate", "Retry-After",
+                                          "X-Chorus-Instructions", "X-Chorus-Ignored-Instructions"])
 
     return Litestar(
         route_handlers=[
             ops.healthz, ops.readyz, ops.metrics,
             Router("/v1", guards=[require_api_key], route_handlers=[
                 stream.stream,
-                speech.speech,
+                speech.speech, speech.list_models,
                 voices.create_voice, voices.list_voices, voices.get_voice, voices.delete_voice,
             ]),
             *web_route_handlers(cfg),

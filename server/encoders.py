@@ -1,8 +1,8 @@
 """Streaming audio encoders: the model's float samples in, a format's bytes out, chunk by chunk.
 
-Every output format goes through one `StreamEncoder`: `encode(samples)` as each chunk of a
-request arrives returns the bytes that are ready (a client can play them at once) and
-`finish()` returns the tail. No codec is written by hand:
+Every output format goes through one `StreamEncoder`: `push(samples, last)` as each chunk of
+a request arrives returns the bytes that are ready (a client can play them at once); `last`
+flushes the tail. No codec is written by hand:
 - `mp3`, `aac` (ADTS) and `opus` (Ogg Opus, or bare Opus packets for the WebSocket) go through
   PyAV (FFmpeg's libmp3lame, native AAC and libopus). libsndfile also writes MP3, but it seeks
   back to the file's start on close to patch a header, so it cannot stream to a socket.
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
+
 import numpy as np
 import soundfile as sf
 import soxr
@@ -26,23 +27,9 @@ TELEPHONY_RATE = 8000
 _BIT_RATES = {"mp3": 64000, "aac": 64000, "opus": 32000}
 
 
-@dataclass(frozen=True)
-class Format:
-    """One output format: its HTTP content type and whether bytes flow before the end."""
-
-    name: str
-    media_type: str
-    streams: bool = True
-
-
-HTTP_FORMATS = {
-    "mp3": Format("mp3", "audio/mpeg"),
-    "opus": Format("opus", "audio/ogg"),
-    "aac": Format("aac", "audio/aac"),
-    "flac": Format("flac", "audio/flac", streams=False),
-    "wav": Format("wav", "audio/wav"),
-    "pcm": Format("pcm", "audio/pcm"),
-}
+# HTTP `response_format` -> content type (flac is written whole; the others stream)
+MEDIA_TYPES = {"mp3": "audio/mpeg", "opus": "audio/ogg", "aac": "audio/aac", "flac": "audio/flac",
+               "wav": "audio/wav", "pcm": "audio/pcm"}
 
 
 @dataclass(frozen=True)
@@ -73,6 +60,9 @@ class StreamEncoder:
 
     def _encode(self, samples: np.ndarray, last: bool) -> Encoded:
         raise NotImplementedError
+
+    def close(self) -> None:
+        """Let go of what the codec holds (a request that ends early never sends `last`)."""
 
 
 class RawEncoder(StreamEncoder):

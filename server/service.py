@@ -30,6 +30,7 @@ from server.engine.types import (
     SynthesisRequest,
     VoicePrompt,
 )
+from server.builtin_voices import BUILTIN_NAMES, BuiltinVoices
 from server.metrics import Metrics
 from server.voices import LibraryFull, VoiceInfo, VoiceLibrary
 
@@ -112,6 +113,7 @@ class SynthesisService:
         self._idle = asyncio.Event()
         self._idle.set()
         self._voice_cache: OrderedDict[str, VoicePrompt] = OrderedDict()
+        self.builtins = BuiltinVoices(self)
 
     @property
     def sample_rate(self) -> int:
@@ -223,7 +225,7 @@ class SynthesisService:
                             reference_text: str | None) -> VoicePrompt | None:
         """The encoded voice of a request: a library voice, a one-shot reference, or None."""
         if voice_id is not None:
-            return await self.library_voice(voice_id)
+            return await self.named_voice(voice_id)
         if reference_audio is None:
             return None
         if self.draining:
@@ -234,6 +236,22 @@ class SynthesisService:
         except AudioError as exc:
             raise ServiceError("invalid_request", str(exc), "reference.audio") from None
         return await self.encode_voice(audio, reference_text, prefix="reference.")
+
+    async def named_voice(self, name: str) -> VoicePrompt:
+        """A voice by what a client calls it: a built-in name (OpenAI's: alloy...), a library
+        id, or the display name of exactly one library voice."""
+        if name.lower() in BUILTIN_NAMES:
+            return await self.builtins.get(name.lower())
+        try:
+            return await self.library_voice(name)
+        except ServiceError:
+            named = [v.id for v in await asyncio.to_thread(self.voices.list) if v.name.casefold() == name.casefold()]
+            if len(named) == 1:
+                return await self.library_voice(named[0])
+            if len(named) > 1:
+                raise ServiceError("voice_not_found", f"voice: {len(named)} voices are named {name!r}; "
+                                   "name one by its id") from None
+            raise
 
     async def library_voice(self, voice_id: str) -> VoicePrompt:
         from server.engine.voice_codec import voice_from_bytes

@@ -29,7 +29,7 @@ def pcm_of(url: str, text: str, **extra) -> bytes:
 
 
 def test_openai_client_wav_pcm_flac(client, chorus_server):
-    pcm = pcm_of(chorus_server.url, TEXT, **KNOBS)
+    pcm = pcm_of(chorus_server.url, TEXT, voice="alloy", **KNOBS)
     assert len(pcm) > 0 and len(pcm) % 2 == 0
 
     wav = client.audio.speech.create(model="omnivoice", voice="alloy", input=TEXT, response_format="wav",
@@ -39,7 +39,7 @@ def test_openai_client_wav_pcm_flac(client, chorus_server):
     assert wav.response.headers["content-type"] == "audio/wav"
 
     with client.audio.speech.with_streaming_response.create(
-            model="tts-1", voice="nova", input=TEXT, response_format="pcm", extra_body=KNOBS) as response:
+            model="tts-1", voice="alloy", input=TEXT, response_format="pcm", extra_body=KNOBS) as response:
         assert response.headers["content-type"] == "audio/pcm"
         assert response.headers["x-sample-rate"] == "24000" and response.headers["x-request-id"].startswith("h")
         streamed = b"".join(response.iter_bytes())
@@ -75,10 +75,9 @@ def test_errors_in_the_protocol_shape(client, chorus_server):
     url = chorus_server.url + "/v1/audio/speech"
     cases = [
         ({"input": "hi", "num_step": 0}, 422, "invalid_request", "num_step: must be an integer 1..64"),
-        ({"input": "hi", "response_format": "mp3"}, 422, "invalid_request", "response_format: must be wav, pcm"),
+        ({"input": "hi", "response_format": "ogg"}, 422, "invalid_request", "response_format: must be mp3, opus"),
         ({"input": "hi", "num_steps": 3}, 422, "invalid_request", "num_steps: unknown field"),
         ({"input": ""}, 422, "invalid_request", "input: must not be empty"),
-        ({"input": "hi", "instructions": "purple dragon"}, 422, "invalid_request", "instructions: "),
         ({"input": "hi", "voice": "nobody-1234"}, 404, "voice_not_found", "voice: no voice 'nobody-1234'"),
         ({"input": "x" * 5001}, 413, "text_too_long", "input: 5001 characters"),
     ]
@@ -91,7 +90,7 @@ def test_errors_in_the_protocol_shape(client, chorus_server):
     assert r.status_code == 400 and r.json()["error"]["code"] == "bad_message"
 
     with pytest.raises(openai.UnprocessableEntityError) as info:
-        client.audio.speech.create(model="omnivoice", voice="alloy", input="hi", response_format="mp3")
+        client.audio.speech.create(model="omnivoice", voice="alloy", input="hi", response_format="ogg")
     assert info.value.body["code"] == "invalid_request"
     with pytest.raises(openai.NotFoundError):
         client.audio.speech.create(model="omnivoice", voice="nobody-1234", input="hi", response_format="wav")

@@ -18,15 +18,16 @@ import logging
 import time
 from typing import AsyncIterator
 
+import msgspec
+import numpy as np
 from litestar import Request, Response, get, post
 from litestar.response import Stream
 
 from server import protocol as p
 from server.api.errors import ApiError, error_response
-from server.audio_io import encode_flac
-from server.builtin_voices import BUILTIN_NAMES
+from server.audio_io import encode_flac, encode_samples, wav_header
 from server.config import ServerConfig
-from server.encoders import HTTP_FORMATS, StreamEncoder, http_encoder
+from server.encoders import MEDIA_TYPES, StreamEncoder, http_encoder
 from server.engine.types import (
     SHUTTING_DOWN,
     ChunkAudio,
@@ -40,6 +41,8 @@ from server.service import ServiceError, SynthesisService
 log = logging.getLogger("chorus.speech")
 _request_ids = itertools.count(1)
 ENDPOINT = "speech"
+AUDIO_TOKENS_PER_SECOND = 25
+STARTED_AT = int(time.time())
 IGNORED_HEADER = "X-Chorus-Ignored-Instructions"
 USED_HEADER = "X-Chorus-Instructions"
 
@@ -64,9 +67,7 @@ async def _voice(service: SynthesisService, voice: str | None) -> VoicePrompt | 
     """None (the model's own voice), a built-in name, a library id or a display name."""
     if voice is None:
         return None
-    if voice.lower() in BUILTIN_NAMES:
-        return await service.builtin_voice(voice.lower())
-    return await service.library_voice_by_name(voice)
+    return await service.named_voice(voice)
 
 
 async def _next_audio(events: asyncio.Queue) -> ChunkAudio | Finished:
@@ -132,29 +133,32 @@ async def speech(request: Request, service: SynthesisService, config: ServerConf
     if isinstance(first, Finished):
         return _failure(first)
     rate = first.sample_rate
-    media_type = "text/event-stream" if sse else HTTP_FORMATS[fmt].media_type
+    media_type = "text/event-stream" if sse else MEDIA_TYPES[fmt]
     if not sse and (fmt == "flac" or (fmt in ("wav", "pcm") and first.final)):
         # whole (flac asks for stream="whole") or the only chunk: a file with its true length
         content = encode_flac(first.audio, rate) if fmt == "flac" else _whole(fmt, first.audio, rate)
         return Response(content, media_type=media_type, headers=headers)
 
+    frames = [0.0]  # the audio's seconds, for the sse usage
+
     async def audio() -> AsyncIterator[bytes]:
         """The format's bytes as each chunk arrives; ends cut short if the request fails."""
-        if fmt == "flac":  # only with sse: one delta holds the whole file
-            yield encode_flac(first.audio, rate)
-            await _expect_end(events, request_id)
-            return
-        encoder: StreamEncoder = http_encoder(fmt, rate)
+        encoder: StreamEncoder | None = None if fmt == "flac" else http_encoder(fmt, rate)
         try:
             event: ChunkAudio | Finished = first
             while not isinstance(event, Finished):
-                data = encoder.push(event.audio, last=event.final).data
+                frames[0] += event.audio.shape[-1] / rate
+                # flac (only with sse): the whole file in one delta
+                data = encode_flac(event.audio, rate) if encoder is None else encoder.push(
+                    event.audio, last=event.final).data
                 if data:
                     yield data
                 event = await _next_audio(events)
-            _check_done(event, request_id)
+            if event.outcome != "done":  # cut the body short: the client sees a broken stream
+                raise RuntimeError(f"request {request_id} ended mid-stream: {event.outcome} ({event.message})")
         finally:
-            encoder.close()
+            if encoder is not None:
+                encoder.close()
 
     async def body_bytes() -> AsyncIterator[bytes]:
         ended = False
@@ -165,50 +169,33 @@ async def speech(request: Request, service: SynthesisService, config: ServerConf
             else:
                 async for data in audio():
                     yield _sse({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()})
-                words = len(body.input.split())
-                frames = round(accepted_seconds[0] * 25)
+                # usage: input words and output codec frames (OmniVoice's audio tokens, 25 a second)
+                words, tokens = len(body.input.split()), round(frames[0] * AUDIO_TOKENS_PER_SECOND)
                 yield _sse({"type": "speech.audio.done",
-                            "usage": {"input_tokens": words, "output_tokens": frames, "total_tokens": words + frames}})
+                            "usage": {"input_tokens": words, "output_tokens": tokens, "total_tokens": words + tokens}})
             ended = True
         finally:
             if not ended:
                 service.cancel(request_id)
 
-    accepted_seconds = [sum(accepted.target_seconds)]
     log.debug("streaming", extra={"request_id": request_id, "chunks": accepted.chunks, "format": fmt, "sse": sse})
     return Stream(body_bytes(), media_type=media_type, headers=headers)
 
 
-def _whole(fmt: str, audio, rate: int) -> bytes:
-    encoder = http_encoder(fmt, rate)
-    data = encoder.push(audio, last=True).data
-    if fmt == "wav":  # the length is known: a plain WAV header, not the streamed one
-        from server.audio_io import wav_header
-
-        data = wav_header(rate, len(audio)) + data[44:]
-    return data
+def _whole(fmt: str, audio: np.ndarray, rate: int) -> bytes:
+    """A one-chunk wav or pcm, whole: the WAV header then carries its true length."""
+    head = wav_header(rate, int(audio.shape[-1])) if fmt == "wav" else b""
+    return head + encode_samples(audio, "pcm_s16le")
 
 
-def _check_done(event: Finished, request_id: str) -> None:
-    if event.outcome != "done":  # cut the body short: the client sees a broken stream
-        raise RuntimeError(f"request {request_id} ended mid-stream: {event.outcome} ({event.message})")
-
-
-async def _expect_end(events: asyncio.Queue, request_id: str) -> None:
-    event = await _next_audio(events)
-    while not isinstance(event, Finished):
-        event = await _next_audio(events)
-    _check_done(event, request_id)
-
-
-class ModelCard(p.Struct):
+class ModelCard(msgspec.Struct):
     id: str
     object: str = "model"
     created: int = 0
     owned_by: str = "chorus"
 
 
-class ModelList(p.Struct):
+class ModelList(msgspec.Struct):
     data: list[ModelCard]
     object: str = "list"
 
@@ -217,4 +204,4 @@ class ModelList(p.Struct):
 async def list_models(service: SynthesisService) -> ModelList:
     """OpenAI's model list: the served model. Any `model` name is accepted by the speech
     endpoint (clients send `tts-1`, `gpt-4o-mini-tts`...); all of them mean this one."""
-    return ModelList([ModelCard(service.model_name, created=service.started_at)])
+    return ModelList([ModelCard(service.model_name, created=STARTED_AT)])

@@ -21,7 +21,7 @@ from litestar import WebSocket, websocket
 
 from server import protocol as p
 from server.api.auth import HOST_REFUSED, host_allowed, is_authorized, origin_allowed
-from server.audio_io import encode_samples
+from server.encoders import StreamEncoder, default_rate, ws_encoder
 from server.config import ServerConfig
 from server.engine.types import Accepted, ChunkAudio, Finished, Progress, SynthesisRequest
 from server.service import ServiceError, SynthesisService
@@ -44,6 +44,8 @@ class _Request:
     audio_frames: int = 0
     task: asyncio.Task | None = None
     received_at: float | None = None  # perf_counter when its frame arrived: the engine's clock starts there
+    sample_rate: int | None = None  # asked for; None: the encoding's default
+    encoder: StreamEncoder | None = None  # made at the first audio (the engine's rate is known then)
 
 
 class Connection:
@@ -191,7 +193,8 @@ class Connection:
             self._refuse(msg.id, "text_too_long",
                          f"text: {len(msg.text)} characters, over the limit of {self.cfg.max_text_chars}", "text")
         else:
-            req = _Request(msg.id, f"{self.prefix}/{msg.id}", msg.encoding, msg.progress, received_at=self.frame_at)
+            req = _Request(msg.id, f"{self.prefix}/{msg.id}", msg.encoding, msg.progress, received_at=self.frame_at,
+                           sample_rate=msg.sample_rate)
             self.requests[msg.id] = req
             req.task = asyncio.create_task(self._start(req, msg))
 
@@ -230,11 +233,14 @@ class Connection:
             if req.progress:
                 self._send(p.ProgressMsg(req.client_id, event.chunk, event.step, event.num_steps, event.fraction))
         elif isinstance(event, ChunkAudio):
-            payload = encode_samples(event.audio, req.encoding)
-            header = p.AudioHeader(req.client_id, event.chunk, event.final, event.sample_rate, req.encoding,
-                                   int(event.audio.shape[-1]))
+            if req.encoder is None:
+                rate = req.sample_rate or default_rate(req.encoding, event.sample_rate)
+                req.encoder = ws_encoder(req.encoding, event.sample_rate, rate)
+            out = req.encoder.push(event.audio, last=event.final)
+            header = p.AudioHeader(req.client_id, event.chunk, event.final, req.encoder.out_rate, req.encoding,
+                                   out.samples, packets=out.packets)
             req.audio_frames += 1
-            self._send_bytes(p.audio_frame(header, payload))
+            self._send_bytes(p.audio_frame(header, out.data))
         elif event.outcome == "done":
             timings = p.Timings(event.queue_ms, event.first_audio_ms, event.total_ms)
             self._end(req, p.Done(req.client_id, req.audio_frames, event.audio_seconds, timings))

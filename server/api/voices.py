@@ -10,6 +10,7 @@ from litestar.datastructures import UploadFile
 
 from server.api.errors import ApiError
 from server.audio_io import AudioError, decode_audio, decode_in_thread
+from server.builtin_voices import BUILTIN_NAMES
 from server.config import ServerConfig
 from server.service import SHUTTING_DOWN, ServiceError, SynthesisService
 from server.voices import VoiceInfo
@@ -60,11 +61,14 @@ async def create_voice(request: Request, service: SynthesisService, config: Serv
 
 @get("/voices")
 async def list_voices(service: SynthesisService) -> VoiceList:
-    return VoiceList(await asyncio.to_thread(service.voices.list))
+    """The built-in voices (OpenAI's names, `"builtin": true`) first, then the library's."""
+    return VoiceList(service.builtins.infos() + await asyncio.to_thread(service.voices.list))
 
 
 @get("/voices/{voice_id:str}")
 async def get_voice(voice_id: str, service: SynthesisService) -> VoiceInfo:
+    if voice_id in BUILTIN_NAMES:
+        return next(info for info in service.builtins.infos() if info.id == voice_id)
     info = await asyncio.to_thread(service.voices.get, voice_id)
     if info is None:
         raise ApiError("voice_not_found", f"voice: no voice {voice_id!r} in the library")
@@ -73,5 +77,8 @@ async def get_voice(voice_id: str, service: SynthesisService) -> VoiceInfo:
 
 @delete("/voices/{voice_id:str}", status_code=204)
 async def delete_voice(voice_id: str, service: SynthesisService) -> None:
+    if voice_id in BUILTIN_NAMES:
+        raise ApiError("invalid_request", f"voice: {voice_id!r} is a built-in voice; built-in voices "
+                       "cannot be deleted", status=403)
     if not await service.delete_voice(voice_id):
         raise ApiError("voice_not_found", f"voice: no voice {voice_id!r} in the library")

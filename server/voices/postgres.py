@@ -25,6 +25,7 @@ CREATE TABLE IF NOT EXISTS chorus_voices (
     blob BYTEA NOT NULL
 )
 """
+_BUILTIN_SCHEMA = "CREATE TABLE IF NOT EXISTS chorus_builtin_voices (key TEXT PRIMARY KEY, blob BYTEA NOT NULL)"
 _COLUMNS = "id, name, text, seconds, created_at"
 _ADD_LOCK = 0x63686F7275730001  # pg_advisory_xact_lock key: serialises adds across replicas
 
@@ -41,6 +42,7 @@ class PostgresVoiceStore:
         self._lock = threading.Lock()
         with self._lock:
             self._conn.execute(_SCHEMA)
+            self._conn.execute(_BUILTIN_SCHEMA)
 
     def close(self) -> None:
         with self._lock:
@@ -88,3 +90,15 @@ class PostgresVoiceStore:
             return False
         with self._lock:
             return self._conn.execute("DELETE FROM chorus_voices WHERE id = %s", (voice_id,)).rowcount > 0
+
+    def load_builtin(self, key: str) -> bytes | None:
+        with self._lock:
+            row = self._conn.execute("SELECT blob FROM chorus_builtin_voices WHERE key = %s", (key,)).fetchone()
+        return bytes(row[0]) if row else None
+
+    def save_builtin(self, key: str, blob: bytes) -> bytes:
+        with self._lock:
+            self._conn.execute("INSERT INTO chorus_builtin_voices (key, blob) VALUES (%s, %s) "
+                               "ON CONFLICT (key) DO NOTHING", (key, blob))
+            row = self._conn.execute("SELECT blob FROM chorus_builtin_voices WHERE key = %s", (key,)).fetchone()
+        return bytes(row[0])

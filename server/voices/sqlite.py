@@ -24,6 +24,9 @@ CREATE TABLE IF NOT EXISTS voices (
     created_at INTEGER NOT NULL
 )
 """
+# Built-in voices (OpenAI's names), made once per model: not library voices (never listed
+# with them, never deleted), so they live in their own table.
+_BUILTIN_SCHEMA = "CREATE TABLE IF NOT EXISTS builtin_voices (key TEXT PRIMARY KEY, blob BLOB NOT NULL)"
 
 
 @dataclass
@@ -42,6 +45,7 @@ class VoiceStore:
         self._db = sqlite3.connect(self.root / "index.sqlite3", check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(_SCHEMA)
+        self._db.execute(_BUILTIN_SCHEMA)
 
     def close(self) -> None:
         with self._lock:
@@ -111,3 +115,13 @@ class VoiceStore:
             gone = self._db.execute("DELETE FROM voices WHERE id = ?", (voice_id,)).rowcount > 0
             path.unlink(missing_ok=True)
         return gone
+
+    def load_builtin(self, key: str) -> bytes | None:
+        with self._lock:
+            row = self._db.execute("SELECT blob FROM builtin_voices WHERE key = ?", (key,)).fetchone()
+        return bytes(row[0]) if row else None
+
+    def save_builtin(self, key: str, blob: bytes) -> bytes:
+        with self._lock:
+            self._db.execute("INSERT OR IGNORE INTO builtin_voices VALUES (?, ?)", (key, blob))
+            return bytes(self._db.execute("SELECT blob FROM builtin_voices WHERE key = ?", (key,)).fetchone()[0])

@@ -41,6 +41,7 @@ class VoiceInfo(msgspec.Struct, frozen=True):
     text: str
     seconds: float
     created_at: int  # unix seconds
+    builtin: bool = False  # OpenAI's names (alloy...): made by the server, not deletable
 
 
 def slug(name: str) -> str:
@@ -68,5 +69,14 @@ class VoiceLibrary(Protocol):
         ...
 
     def delete(self, voice_id: str) -> bool: ...
+
+    def load_builtin(self, key: str) -> bytes | None:
+        """A built-in voice made before (by this replica or another), or None."""
+        ...
+
+    def save_builtin(self, key: str, blob: bytes) -> bytes:
+        """Keep a built-in voice unless one is already kept; returns the one kept (the first
+        writer wins, so replicas that make one at once all end up using the same)."""
+        ...
 
     def close(self) -> None: ...
