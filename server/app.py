@@ -26,6 +26,7 @@ from server.api import ops, speech, stream, voices
 from server.api.auth import require_api_key, require_known_host
 from server.api.errors import ApiError, api_error_handler, http_exception_handler, internal_error_handler
 from server.audio_io import AudioLimits
+from server.builtin_voices import model_key
 from server.config import ServerConfig
 from server.metrics import Metrics
 from server.service import Engine, SynthesisService
@@ -57,6 +58,7 @@ def create_app(cfg: ServerConfig, engine: Engine | None = None) -> Litestar:
             running, store, Metrics(), max_queue=cfg.max_queue, asr_available=bool(cfg.asr_model),
             audio_limits=AudioLimits(max_bytes=cfg.max_reference_bytes, max_seconds=cfg.max_reference_seconds),
         )
+        app.state.service.builtins.model_key = await asyncio.to_thread(model_key, cfg.model, running.model_name)
         app.state.ready = True
         try:
             yield

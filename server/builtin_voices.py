@@ -12,8 +12,10 @@ process wait on one making.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from server.audio_io import DecodedAudio
@@ -54,8 +56,23 @@ DESIGNS: dict[str, Design] = {
 BUILTIN_NAMES = frozenset(DESIGNS)
 
 
-def store_key(model_name: str, name: str) -> str:
-    return f"{model_name}/{name}/v{DESIGN_VERSION}"
+def store_key(model_key: str, name: str) -> str:
+    return f"{model_key}/{name}/v{DESIGN_VERSION}"
+
+
+def model_key(model: str | None, model_name: str) -> str:
+    """What built-in voices are kept under: the model's name, plus for a local folder a hash
+    of its config and the first MiB of each weights file (random demo checkpoints share a
+    name, not weights). A hub id is its own key."""
+    folder = Path(model) if model else None
+    if folder is None or not folder.is_dir():
+        return model or model_name
+    digest = hashlib.sha256()
+    for path in sorted(folder.glob("*.json")) + sorted(folder.glob("*.safetensors")):
+        digest.update(path.name.encode())
+        with open(path, "rb") as f:
+            digest.update(f.read(1 << 20))
+    return f"{model_name}-{digest.hexdigest()[:16]}"
 
 
 def builtin_info(name: str, seconds: float = SECONDS) -> VoiceInfo:
@@ -69,6 +86,7 @@ class BuiltinVoices:
 
     def __init__(self, service: "SynthesisService"):
         self._service = service
+        self.model_key = service.model_name  # the app sets `model_key(...)` once it knows the folder
         self._made: dict[str, VoicePrompt] = {}
         self._making: dict[str, asyncio.Task] = {}
 
@@ -99,7 +117,7 @@ class BuiltinVoices:
     async def _load_or_make(self, name: str) -> VoicePrompt:
         from server.engine.voice_codec import voice_from_bytes, voice_to_bytes
 
-        service, key = self._service, store_key(self._service.model_name, name)
+        service, key = self._service, store_key(self.model_key, name)
         blob = await asyncio.to_thread(service.voices.load_builtin, key)
         if blob is None:
             prompt = await self._make(name)

@@ -6,20 +6,25 @@ flushes the tail. No codec is written by hand:
 - `mp3`, `aac` (ADTS) and `opus` (Ogg Opus, or bare Opus packets for the WebSocket) go through
   PyAV (FFmpeg's libmp3lame, native AAC and libopus). libsndfile also writes MP3, but it seeks
   back to the file's start on close to patch a header, so it cannot stream to a socket.
-- `mulaw` / `alaw` (G.711) go through libsndfile (soundfile's RAW ULAW / ALAW subtypes): one
-  byte per sample, no state, so each chunk is converted on its own.
+- `mulaw` / `alaw` (G.711) go through `audioop` (the standard library's up to Python 3.12, the
+  `audioop-lts` package after): CCITT's reference coder, bit-exact with G.711's tables.
+  libsndfile's ULAW/ALAW round to the nearer level at 381 of the 65536 inputs, so it is not.
+  One byte per sample, no state: each chunk is converted on its own.
 - `pcm_s16le`, `f32le` and `wav` are the samples themselves (`audio_io.encode_samples`).
 - Another sample rate goes through soxr's streaming resampler (`HQ`), so chunk joins are seamless.
 """
 
 from __future__ import annotations
 
-import io
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
-import soundfile as sf
 import soxr
+
+with warnings.catch_warnings():  # the standard library's copy warns that it leaves in 3.13
+    warnings.simplefilter("ignore", DeprecationWarning)
+    import audioop
 
 from server.audio_io import encode_samples, to_pcm16, wav_header
 
@@ -80,19 +85,14 @@ class RawEncoder(StreamEncoder):
 
 
 class G711Encoder(StreamEncoder):
-    """mu-law or A-law, one byte per sample, through libsndfile's G.711 tables (stateless,
-    so each chunk converts on its own)."""
+    """mu-law or A-law, one byte per sample, from the 16-bit samples the other encodings send."""
 
     def __init__(self, law: str, in_rate: int, out_rate: int):
         super().__init__(in_rate, out_rate)
-        self._subtype = {"mulaw": "ULAW", "alaw": "ALAW"}[law]
+        self._convert = {"mulaw": audioop.lin2ulaw, "alaw": audioop.lin2alaw}[law]
 
     def _encode(self, samples: np.ndarray, last: bool) -> Encoded:
-        if samples.size == 0:
-            return Encoded(b"", 0)
-        buf = io.BytesIO()
-        sf.write(buf, to_pcm16(samples), self.out_rate, format="RAW", subtype=self._subtype)
-        return Encoded(buf.getvalue(), int(samples.size))
+        return Encoded(self._convert(to_pcm16(samples).tobytes(), 2), int(samples.size))
 
 
 class _Sink:
