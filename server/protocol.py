@@ -244,8 +244,8 @@ def check_sample_rate(encoding: str, sample_rate: int | None, request_id: str | 
         return
     rates = OPUS_SAMPLE_RATES if encoding == "opus" else SAMPLE_RATES
     if sample_rate not in rates:
-        what = "with opus, one of " if encoding == "opus" else "one of "
-        raise ProtocolError("invalid_request", "sample_rate: must be " + what + ", ".join(map(str, rates)),
+        what = "with opus, must be" if encoding == "opus" else "must be one of"
+        raise ProtocolError("invalid_request", f"sample_rate: {what} {', '.join(map(str, rates))}",
                             request_id, field="sample_rate")
 
 

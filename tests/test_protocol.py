@@ -75,7 +75,9 @@ def test_bad_message_has_no_id(frame, message):
     ({"options": {"num_steps": 8}}, "options.num_steps: unknown field"),
     ({"options": {"num_step": None}}, "options.num_step: must not be null"),
     ({"options": [1]}, "options: expected `object`, got `array`"),
-    ({"encoding": "mp3"}, "encoding: must be one of pcm_s16le, f32le"),
+    ({"encoding": "mp3"}, "encoding: must be one of pcm_s16le, f32le, mulaw, alaw, opus"),
+    ({"sample_rate": 11025}, "sample_rate: must be one of 8000, 16000, 22050, 24000, 44100, 48000"),
+    ({"encoding": "opus", "sample_rate": 44100}, "sample_rate: with opus, must be 8000, 16000, 24000, 48000"),
     ({"stream": "fast"}, "stream: must be chunk or whole"),
     ({"progress": 1}, "progress: expected `bool`, got `int`"),
     ({"speaker": "x"}, "speaker: unknown field"),
@@ -132,7 +134,8 @@ def test_any_json_gets_a_message_or_a_coded_error(body, kind):
 def test_server_messages_match_the_protocol_text():
     ready = json.loads(p.encode(p.Ready(model="m", sample_rate=24000, limits=p.Limits(5000, 16))))
     assert ready == {"type": "ready", "protocol": 1, "model": "m", "sample_rate": 24000,
-                     "encodings": ["pcm_s16le", "f32le"],
+                     "encodings": ["pcm_s16le", "f32le", "mulaw", "alaw", "opus"],
+                     "sample_rates": [8000, 16000, 22050, 24000, 44100, 48000],
                      "limits": {"max_text_chars": 5000, "max_inflight": 16, "max_num_step": 64}}
     done = json.loads(p.encode(p.Done("r1", 2, 3.2, p.Timings(1.0, 80.0, 140.0))))
     assert done == {"type": "done", "id": "r1", "chunks": 2, "audio_seconds": 3.2,
@@ -153,14 +156,15 @@ def test_audio_frame_layout():
 
 def test_speech_request():
     req = p.parse_speech_request(b'{"model": "tts-1", "input": "Hi.", "voice": "alloy", "num_step": 8, "seed": 3}')
-    assert req.response_format == "wav" and req.options().num_step == 8 and req.options().seed == 3
+    assert req.response_format == "mp3" and req.options().num_step == 8 and req.options().seed == 3
     for body, message in [
         (b'{"input": ""}', "input: must not be empty"),
         (b'{"model": "x"}', "input: required"),
-        (b'{"input": "x", "response_format": "mp3"}', "response_format: must be wav, pcm or flac"),
+        (b'{"input": "x", "response_format": "ogg"}', "response_format: must be mp3, opus, aac, flac, wav or pcm"),
         (b'{"input": "x", "speed": 9}', "speed: must be 0.25..4"),
         (b'{"input": "x", "num_step": 0}', "num_step: must be an integer 1..64"),
-        (b'{"input": "x", "stream_format": "sse"}', "stream_format: must be audio"),
+        (b'{"input": "x", "stream_format": "events"}', "stream_format: must be audio or sse"),
+        (b'{"input": "x", "voice": {"name": "v"}}', "voice.name: unknown field"),
         (b'{"input": "x", "extra": 1}', "extra: unknown field"),
         (b'{"input": "x", "seed": 99999999999999999999999}', "seed: must be a 64-bit integer"),
     ]:
