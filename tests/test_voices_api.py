@@ -50,7 +50,7 @@ def test_upload_use_list_restart_delete(server):
     r = upload(server.url, audio_file("WAV", "PCM_16"), text=TEXT, name="Ada L.")
     assert r.status_code == 201, r.text
     voice = r.json()
-    assert set(voice) == {"id", "name", "text", "seconds", "created_at"}
+    assert set(voice) == {"id", "name", "text", "seconds", "created_at", "builtin"} and voice["builtin"] is False
     assert voice["id"].startswith("ada-l-") and voice["name"] == "Ada L." and voice["text"] == TEXT
     assert 0 < voice["seconds"] <= 2.0
     vid = voice["id"]

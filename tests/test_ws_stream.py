@@ -23,7 +23,8 @@ def test_ready_and_one_request_of_each_kind(chorus_server):
     async def go():
         s = await Session.open(chorus_server.ws_url)
         assert s.ready == {"type": "ready", "protocol": 1, "model": "omnivoice-random-demo", "sample_rate": 24000,
-                           "encodings": ["pcm_s16le", "f32le"],
+                           "encodings": ["pcm_s16le", "f32le", "mulaw", "alaw", "opus"],
+                           "sample_rates": [8000, 16000, 22050, 24000, 44100, 48000],
                            "limits": {"max_text_chars": 5000, "max_inflight": 16, "max_num_step": 64}}
         await s.synthesize("plain", "Hello there. How are you?", options={"num_step": 6})
         await s.synthesize("chunks", "One sentence here. Another one follows. And a third.",
