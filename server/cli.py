@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from server.config import ServerConfig, parse_hosts, parse_origins
+from server.config import ServerConfig, StreamLimits, parse_hosts, parse_origins
 
 
 def _positive_int(text: str) -> int:
@@ -95,6 +95,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--drain-seconds", type=_non_negative_float, default=30.0,
                        help="on SIGTERM/SIGINT, time in-flight requests get to finish before the rest are "
                             "cancelled (default 30)")
+    serve.add_argument("--stream-idle-seconds", type=_positive_float, default=30.0,
+                       help="end a text stream with stream_idle after this long without text (default 30)")
+    serve.add_argument("--stream-max-buffered-chars", type=_positive_int, default=5000,
+                       help="text a stream may hold not yet synthesising; over it: stream_too_long (default 5000)")
+    serve.add_argument("--stream-max-segments", type=_positive_int, default=4,
+                       help="segments of one stream synthesising at once (default 4)")
+    serve.add_argument("--stream-max-seconds", type=_positive_float, default=900.0,
+                       help="longest a stream may last, open to done; over it: stream_too_long (default 900)")
     serve.add_argument("--allowed-origins", default=None,
                        help="comma-separated browser Origins allowed besides the server's own, or * for any "
                             "(default: $CHORUS_ALLOWED_ORIGINS, else same origin only)")
@@ -150,6 +158,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     cfg.max_voices_bytes = args.max_voices_bytes
     cfg.idle_timeout = args.idle_timeout
     cfg.drain_seconds = args.drain_seconds
+    cfg.stream = StreamLimits(args.stream_idle_seconds, args.stream_max_buffered_chars, args.stream_max_segments,
+                              args.stream_max_seconds)
     if args.allowed_origins is not None:
         cfg.allowed_origins = parse_origins(args.allowed_origins)
     if args.allowed_hosts is not None:

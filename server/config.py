@@ -31,6 +31,16 @@ class EngineSettings:
 
 
 @dataclass
+class StreamLimits:
+    """Limits of one text stream (`stream_open`); defaults in docs/protocol.md "Limits"."""
+
+    idle_seconds: float = 30.0  # no stream_open/append/flush this long before stream_close: stream_idle
+    max_buffered_chars: int = 5000  # text received and not yet sent to the engine: stream_too_long
+    max_segments_inflight: int = 4  # segments synthesising at once; later ones wait (buffered)
+    max_seconds: float = 900.0  # from stream_open to done: stream_too_long
+
+
+@dataclass
 class ServerConfig:
     model: str | None = None
     host: str = "127.0.0.1"
@@ -50,6 +60,7 @@ class ServerConfig:
     max_voices_bytes: int = 256 * 1024 * 1024  # stored voice data, all voices together
     idle_timeout: float = 300.0  # s without a frame or a request in flight: close (0: never)
     drain_seconds: float = 30.0  # on SIGTERM/SIGINT: time in-flight requests get to finish
+    stream: StreamLimits = field(default_factory=StreamLimits)
     # ---- access ----
     # WebSocket and browser Origins allowed besides the server's own; "*" allows any
     allowed_origins: tuple[str, ...] = ()

@@ -26,14 +26,14 @@ SAMPLE_RATES = (8000, 16000, 22050, 24000, 44100, 48000)
 OPUS_SAMPLE_RATES = (8000, 16000, 24000, 48000)  # the rates libopus takes
 ERROR_CODES = (
     "bad_message", "invalid_request", "duplicate_id", "voice_not_found", "text_too_long",
-    "too_many_requests", "busy", "unauthorized", "internal",
+    "too_many_requests", "busy", "unauthorized", "internal", "stream_idle", "stream_too_long",
 )
 ID_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
 
 Encoding = Literal["pcm_s16le", "f32le", "mulaw", "alaw", "opus"]
 ErrorCode = Literal[
     "bad_message", "invalid_request", "duplicate_id", "voice_not_found", "text_too_long",
-    "too_many_requests", "busy", "unauthorized", "internal",
+    "too_many_requests", "busy", "unauthorized", "internal", "stream_idle", "stream_too_long",
 ]
 
 
@@ -74,23 +74,49 @@ class Reference(Struct, forbid_unknown_fields=True):
     text: str | None = None
 
 
-class Synthesize(Struct, tag="synthesize", tag_field="type", forbid_unknown_fields=True, kw_only=True):
+class VoiceFields(Struct, forbid_unknown_fields=True, kw_only=True):
+    """What `synthesize` and `stream_open` share: the voice, the knobs, the audio format."""
+
     id: Annotated[str, Meta(pattern=ID_PATTERN)]
-    text: str
     voice: str | None = None
     reference: Reference | None = None
     instruct: str | None = None
     language: str | None = None
     encoding: Encoding = "pcm_s16le"
     sample_rate: int | None = None  # default: 24000, 8000 for mulaw/alaw
-    # "sentence" is accepted as another name for "chunk" (docs/protocol.md's example spells it so).
-    stream: Literal["chunk", "whole", "sentence"] = "chunk"
     progress: bool = True
     options: Options = field(default_factory=Options)
+
+
+class Synthesize(VoiceFields, tag="synthesize", tag_field="type", forbid_unknown_fields=True, kw_only=True):
+    text: str
+    # "sentence" is accepted as another name for "chunk" (docs/protocol.md's example spells it so).
+    stream: Literal["chunk", "whole", "sentence"] = "chunk"
 
     @property
     def stream_mode(self) -> Literal["chunk", "whole"]:
         return "whole" if self.stream == "whole" else "chunk"
+
+
+class StreamOpen(VoiceFields, tag="stream_open", tag_field="type", forbid_unknown_fields=True, kw_only=True):
+    """Text streamed in: opens stream `id`; `text` (optional) is its first piece."""
+
+    text: str = ""
+
+
+class StreamFlush(Struct, tag="stream_flush", tag_field="type", forbid_unknown_fields=True):
+    id: Annotated[str, Meta(pattern=ID_PATTERN)]
+
+
+class StreamClose(StreamFlush, tag="stream_close", tag_field="type", forbid_unknown_fields=True):
+    pass
+
+
+class StreamAppend(StreamFlush, tag="stream_append", tag_field="type", forbid_unknown_fields=True):
+    text: str
+
+
+StreamMessage = StreamOpen | StreamAppend | StreamFlush | StreamClose
 
 
 class Cancel(Struct, tag="cancel", tag_field="type", forbid_unknown_fields=True):
@@ -101,8 +127,10 @@ class Ping(Struct, tag="ping", tag_field="type", forbid_unknown_fields=True):
     pass
 
 
-ClientMessage = Synthesize | Cancel | Ping
-_CLIENT_TYPES: dict[str, type] = {"synthesize": Synthesize, "cancel": Cancel, "ping": Ping}
+ClientMessage = Synthesize | Cancel | Ping | StreamMessage
+_CLIENT_TYPES: dict[str, type] = {t.__struct_config__.tag: t for t in (  # type: ignore[misc]
+    Synthesize, Cancel, Ping, StreamOpen, StreamAppend, StreamFlush, StreamClose)}
+_TYPE_NAMES = ", ".join(_CLIENT_TYPES)
 
 
 # ---- server -> client ------------------------------------------------------------------
@@ -125,7 +153,7 @@ class Ready(Struct, tag="ready", tag_field="type"):
 
 class AcceptedMsg(Struct, tag="accepted", tag_field="type"):
     id: str
-    chunks: int
+    chunks: int | None  # None for a stream: its text is not known yet
     target_seconds: list[float]
 
 
@@ -254,6 +282,11 @@ def check_synthesize(msg: Synthesize) -> None:
     if not has_visible_text(msg.text):
         raise ProtocolError("invalid_request", "text: must not be empty (nothing but spaces or invisible "
                             "characters)", msg.id, field="text")
+    check_voice_fields(msg)
+
+
+def check_voice_fields(msg: VoiceFields) -> None:
+    """Voice/reference exclusive, a named voice not empty, sample rate, knob ranges."""
     if msg.voice is not None and msg.reference is not None:
         raise ProtocolError("invalid_request", "reference: voice and reference are exclusive; send one", msg.id,
                             field="reference")
@@ -282,11 +315,10 @@ def parse_client_message(data: str | bytes) -> ClientMessage:
         raise ProtocolError("bad_message", "a message must be a JSON object with a `type`")
     kind = raw.get("type")
     if kind is None:
-        raise ProtocolError("bad_message", "type: required (synthesize, cancel or ping)", field="type")
+        raise ProtocolError("bad_message", f"type: required ({_TYPE_NAMES})", field="type")
     target = _CLIENT_TYPES.get(kind) if isinstance(kind, str) else None
     if target is None:
-        raise ProtocolError("bad_message", f"type: unknown message type {kind!r} (synthesize, cancel or ping)",
-                            field="type")
+        raise ProtocolError("bad_message", f"type: unknown message type {kind!r} ({_TYPE_NAMES})", field="type")
     raw_id = raw.get("id")
     request_id = raw_id if isinstance(raw_id, str) else None
     try:
@@ -296,6 +328,8 @@ def parse_client_message(data: str | bytes) -> ClientMessage:
         raise ProtocolError("invalid_request", message, request_id, field=at) from None
     if isinstance(message, Synthesize):
         check_synthesize(message)
+    elif isinstance(message, StreamOpen):
+        check_voice_fields(message)
     return message
 
 

@@ -23,6 +23,7 @@ from server.engine.types import (
     SHUTTING_DOWN,
     Accepted,
     ChunkAudio,
+    ChunkTokens,
     EngineEvent,
     Finished,
     Progress,
@@ -76,6 +77,7 @@ class _Job:
     request_id: str
     endpoint: str
     deliver: Deliver
+    on_tokens: Callable[[ChunkTokens], None] | None = None
     next_chunk: int = 0
     held: dict[int, ChunkAudio] = field(default_factory=dict)
 
@@ -96,7 +98,9 @@ class _Job:
             self.held.clear()
             self.deliver(event)
             return event
-        return None  # ChunkTokens and anything newer: not for clients
+        elif isinstance(event, ChunkTokens) and self.on_tokens is not None:
+            self.on_tokens(event)
+        return None  # ChunkTokens (unless asked for) and anything newer: not for clients
 
 
 class SynthesisService:
@@ -134,16 +138,18 @@ class SynthesisService:
 
     # ---- requests -----------------------------------------------------------------------
 
-    def submit(self, request: SynthesisRequest, deliver: Deliver, endpoint: str) -> Accepted:
+    def submit(self, request: SynthesisRequest, deliver: Deliver, endpoint: str,
+               on_tokens: Callable[[ChunkTokens], None] | None = None) -> Accepted:
         """Queue `request`; `deliver` then gets, on this event loop: progress, audio in text
-        order, and exactly one `Finished`, last. Raises `ServiceError` for a request refused."""
+        order, and exactly one `Finished`, last; `on_tokens` (if given) each chunk's finished
+        tokens, before its audio. Raises `ServiceError` for a request refused."""
         if self.draining:
             self.reject(endpoint, "busy")
             raise ServiceError("busy", SHUTTING_DOWN)
         if len(self._jobs) >= self.max_queue:
             self.reject(endpoint, "busy")
             raise ServiceError("busy", f"the server has {self.max_queue} requests queued; try again later")
-        job = _Job(request.request_id, endpoint, deliver)
+        job = _Job(request.request_id, endpoint, deliver, on_tokens)
         loop = asyncio.get_running_loop()
 
         def sink(event: EngineEvent) -> None:  # engine thread

@@ -25,6 +25,7 @@ from server.encoders import StreamEncoder, default_rate, ws_encoder
 from server.config import ServerConfig
 from server.engine.types import Accepted, ChunkAudio, Finished, Progress, SynthesisRequest
 from server.service import ServiceError, SynthesisService
+from server.streaming.streams import ConnectionStreams
 
 log = logging.getLogger("chorus.stream")
 _connection_ids = itertools.count(1)
@@ -59,6 +60,8 @@ class Connection:
         self.open = True
         self.last_activity = time.monotonic()
         self.frame_at = time.perf_counter()  # when the frame being handled arrived
+        self.streams = ConnectionStreams(service, cfg.stream, self.prefix, send=self._send,
+                                         send_bytes=self._send_bytes, refuse=self._refuse)
 
     # ---- lifecycle ----------------------------------------------------------------------
 
@@ -89,6 +92,7 @@ class Connection:
             self.open = False
             for req in list(self.requests.values()):
                 self._cancel(req)
+            self.streams.cancel_all()
             self.outbox.put_nowait(None)
             writer.cancel()
             if watchdog is not None:
@@ -105,17 +109,19 @@ class Connection:
         idle timeout (a `ping` is a frame: clients keep a quiet connection with it)."""
         timeout = self.cfg.idle_timeout
         while self.open:
-            if self.requests:
+            busy = bool(self.requests or self.streams)
+            if busy:
                 self.last_activity = time.monotonic()
             left = self.last_activity + timeout - time.monotonic()
-            if left <= 0 and not self.requests:
+            if left <= 0 and not busy:
                 log.info("closing an idle connection", extra={"connection": self.prefix})
                 await self.close(1000, "idle timeout")
                 return
-            await asyncio.sleep(max(left, 0.05) if not self.requests else min(timeout, 1.0))
+            await asyncio.sleep(max(left, 0.05) if not busy else min(timeout, 1.0))
 
     async def close(self, code: int, reason: str, flush_timeout: float = 5.0) -> None:
         """Send what is queued (up to `flush_timeout` s), then close the socket."""
+        self.streams.cancel_all()  # an open stream ends with `cancelled` before the close
         try:
             await asyncio.wait_for(self.outbox.join(), flush_timeout)
         except asyncio.TimeoutError:
@@ -173,22 +179,28 @@ class Connection:
             log.exception("reading a frame failed", extra={"connection": self.prefix})
             self._refuse(None, "internal", "the server failed to read this frame")
             return
-        if isinstance(message, p.Synthesize):
+        if isinstance(message, (p.Synthesize, p.StreamOpen)):
             self._synthesize(message)
+        elif isinstance(message, (p.StreamAppend, p.StreamFlush, p.StreamClose)):
+            self.streams.handle(message)
         elif isinstance(message, p.Cancel):
             if (req := self.requests.get(message.id)) is not None:
                 self._cancel(req)
+            self.streams.cancel(message.id)
             # an id not in flight (unknown, or already ended) is ignored: its end was already sent
         else:
             self._send(p.Pong())
 
-    def _synthesize(self, msg: p.Synthesize) -> None:
-        if msg.id in self.requests:
+    def _synthesize(self, msg: p.Synthesize | p.StreamOpen) -> None:
+        inflight = len(self.requests) + len(self.streams)
+        if msg.id in self.requests or msg.id in self.streams:
             self._refuse(msg.id, "duplicate_id", f"id: {msg.id!r} is already in flight on this connection", "id")
-        elif len(self.requests) >= self.cfg.max_inflight_per_connection:
+        elif inflight >= self.cfg.max_inflight_per_connection:
             self._refuse(msg.id, "too_many_requests",
-                         f"this connection already has {len(self.requests)} requests in flight "
+                         f"this connection already has {inflight} requests in flight "
                          f"(limit {self.cfg.max_inflight_per_connection})")
+        elif isinstance(msg, p.StreamOpen):
+            self.streams.start(msg)
         elif len(msg.text) > self.cfg.max_text_chars:
             self._refuse(msg.id, "text_too_long",
                          f"text: {len(msg.text)} characters, over the limit of {self.cfg.max_text_chars}", "text")

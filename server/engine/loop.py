@@ -17,7 +17,7 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import numpy as np
@@ -27,7 +27,8 @@ from server.config import EngineSettings
 from server.engine.codec import Codec
 from server.engine.commands import Cancel, ChunkDecoded, FinishFailed, Submit, Wake, WholeReady
 from server.engine.finisher import Finisher
-from server.engine.request import RequestState, Utterance, build_utterance, packed_len_of, plan_request
+from server.engine.request import (RequestState, Utterance, as_torch_voice, build_utterance, packed_len_of,
+                                   plan_request)
 from server.engine.runner import LaunchedStep, StepRunner
 from server.engine.scheduler import Scheduler, StepLog, StepRecord
 from server.engine.voice_encoder import VoiceEncoder
@@ -131,6 +132,8 @@ class EngineLoop:
         """
         if self._stopping.is_set() or not self._accepting:
             raise RequestRejected(SHUTTING_DOWN, code="busy")
+        if request.voice is not None:
+            request = replace(request, voice=as_torch_voice(request.voice))
         plan = plan_request(self.model, request, self.frame_rate, self.settings.max_audio_seconds)
         seed = request.options.seed
         if seed is None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -53,6 +53,15 @@ def validate_options(opts: GenerationOptions) -> None:
     if (problem := first_problem(opts)) is not None:
         name, rule = problem
         raise RequestRejected(f"options.{name}: {rule}", field=f"options.{name}")
+
+
+def as_torch_voice(voice: VoicePrompt | None) -> VoicePrompt | None:
+    """A voice whose tokens came as numpy (a finished chunk's `ChunkTokens`) as a LongTensor."""
+    if voice is None or not isinstance(voice.tokens, np.ndarray):
+        return voice
+    if not np.issubdtype(voice.tokens.dtype, np.integer):
+        raise RequestRejected("voice: codes must be a non-empty integer array", field="voice")
+    return replace(voice, tokens=torch.from_numpy(voice.tokens.astype(np.int64)))
 
 
 def validate_voice(voice: VoicePrompt, num_codebooks: int, codebook_size: int) -> None:

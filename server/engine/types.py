@@ -28,12 +28,15 @@ GenerationOptions = dataclass_of_options(
 class VoicePrompt:
     """An encoded reference voice, as the reference's `VoiceClonePrompt`.
 
-    `tokens` is a CPU `torch.LongTensor` of shape (8, T); the engine moves it to its device.
+    `tokens` is a CPU `torch.LongTensor` or an integer numpy array of shape (8, T) (numpy lets
+    the torch-free web layer pass back a finished chunk's `ChunkTokens`); the engine moves it
+    to its device. `rms` None: post-process as without a reference (peak normalisation), the
+    convention of the reference's chained chunks, whose reference is the first chunk's audio.
     """
 
     tokens: Any
     text: str
-    rms: float
+    rms: float | None
 
     @property
     def num_frames(self) -> int:

@@ -1,0 +1,283 @@
+"""One text stream (`stream_open` ... `stream_close`): text in as it is written, audio out in order.
+
+The text is cut into segments (`segmenter.Segmenter`); each complete segment becomes one
+engine request as soon as there is room (`max_segments_inflight`), and its audio is sent in
+segment order, each frame saying its segment and where its first sample sits in the stream.
+A stream keeps one voice: with a library voice or a reference every segment uses it; in
+automatic or design mode the first segment's finished tokens become the reference of every
+later one (`rms` None: the reference's chained-chunk convention), so later segments wait for
+the first one's tokens. Everything here runs on the event loop; the engine's events come
+through `SynthesisService.submit`, already in chunk order per segment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+from msgspec import Struct
+
+from server import protocol as p
+from server.encoders import StreamEncoder, default_rate, ws_encoder
+from server.config import StreamLimits
+from server.engine.types import (
+    ChunkAudio, ChunkTokens, Finished, GenerationOptions, Progress, SynthesisRequest, VoicePrompt,
+)
+from server.service import ServiceError, SynthesisService
+from server.streaming.frames import SegmentMsg, StreamAudioHeader, StreamProgressMsg
+from server.streaming.segmenter import Segmenter
+
+log = logging.getLogger("chorus.stream")
+ENDPOINT = "stream"
+# The stream cuts its text itself: each segment is one engine chunk, whatever chunk_threshold says.
+NO_CHUNKING_S = 1e9
+_U64 = 1 << 64
+
+
+@dataclass
+class Outlet:
+    """How a stream talks to its connection."""
+
+    send: Callable[[Struct], None]
+    send_bytes: Callable[[bytes], None]
+    ended: Callable[["StreamSession"], None]  # the stream sent its end; forget it
+
+
+@dataclass
+class _Segment:
+    index: int
+    text: str
+    request_id: str
+    submitted_at: float = 0.0
+    offset: int = 0  # where its audio starts in the stream (samples), set when it is the head
+    samples: int = 0
+    finished: bool = False
+    encoder: StreamEncoder | None = None  # one per segment: each ends with its last chunk
+    held: list[ChunkAudio] = field(default_factory=list)  # audio waiting for earlier segments
+
+
+class StreamSession:
+    def __init__(self, msg: p.StreamOpen, request_prefix: str, service: SynthesisService,
+                 limits: StreamLimits, outlet: Outlet):
+        self.id = msg.id
+        self.msg = msg
+        self.prefix = request_prefix
+        self.service = service
+        self.limits = limits
+        self.outlet = outlet
+        self.segmenter = Segmenter()
+        self.options = replace(p.generation_options(msg.options), chunk_threshold=NO_CHUNKING_S)
+        self.chained = msg.voice is None and msg.reference is None
+        self.voice: VoicePrompt | None = None
+        self.voice_ready = False
+        self.pending: deque[str] = deque()  # complete segments not yet submitted
+        self.segments: list[_Segment] = []
+        self.head = 0  # the segment whose audio is being sent
+        self.running = 0  # segments submitted and not finished
+        self.offset = 0  # samples sent so far
+        self.frames = 0
+        self.out_rate = service.sample_rate  # of the audio sent (the encoder's output rate)
+        self.closed = False
+        self.ended = False
+        self.opened_at = time.perf_counter()
+        self.first_audio_ms: float | None = None
+        self.queue_ms = 0.0
+        self._loop = asyncio.get_running_loop()
+        self._idle = self._loop.call_later(limits.idle_seconds, self._on_idle)
+        self._too_long = self._loop.call_later(limits.max_seconds, self._on_too_long)
+        self._task: asyncio.Task | None = None
+
+    # ---- client frames ------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Resolve the voice (may wait on an encode), answer `accepted`, take the first text."""
+        self._task = asyncio.create_task(self._start())
+        if self.msg.text:
+            self.append(self.msg.text)
+
+    async def _start(self) -> None:
+        ref = self.msg.reference
+        try:
+            self.voice = await self.service.resolve_voice(self.msg.voice, ref.audio if ref else None,
+                                                          ref.text if ref else None)
+        except ServiceError as exc:
+            self._end(p.ErrorMsg(self.id, exc.code, exc.message))
+            return
+        except Exception:  # noqa: BLE001 - a bug here fails this stream only
+            log.exception("starting a stream failed", extra={"request_id": self.id})
+            self._end(p.ErrorMsg(self.id, "internal", "the server failed to start this stream"))
+            return
+        if self.ended:
+            return
+        self.voice_ready = True
+        self.outlet.send(p.AcceptedMsg(self.id, None, []))
+        self._pump()
+
+    def append(self, text: str) -> None:
+        if self._refuse_after_close("stream_append"):
+            return
+        self._rearm_idle()
+        self.pending.extend(self.segmenter.feed(text))
+        self._check_buffer()
+        self._pump()
+
+    def flush(self) -> None:
+        if self._refuse_after_close("stream_flush"):
+            return
+        self._rearm_idle()
+        self.pending.extend(self.segmenter.flush())
+        self._pump()
+
+    def close(self) -> None:
+        if self._refuse_after_close("stream_close"):
+            return
+        self.closed = True
+        self._idle.cancel()
+        self.pending.extend(self.segmenter.flush())
+        self._pump()
+
+    def cancel(self) -> None:
+        """`cancel`, a disconnect or shutdown: stop every segment, answer `cancelled`."""
+        self._end(p.Cancelled(self.id))
+
+    # ---- segments in ----------------------------------------------------------------------
+
+    def _pump(self) -> None:
+        """Submit complete segments while there is room; then see whether the stream is done."""
+        while (not self.ended and self.voice_ready and self.pending
+               and self.running < self.limits.max_segments_inflight):
+            if self.chained and self.segments and self.voice is None:
+                break  # later segments take the first one's tokens as their voice
+            self._submit(self.pending.popleft())
+        self._maybe_done()
+
+    def _submit(self, text: str) -> None:
+        index = len(self.segments)
+        seg = _Segment(index, text, f"{self.prefix}/{self.id}/{index}", submitted_at=time.perf_counter())
+        options = self.options
+        if options.seed is not None:
+            options = replace(options, seed=(options.seed + index) % _U64)
+        request = SynthesisRequest(request_id=seg.request_id, text=text, language=self.msg.language,
+                                   instruct=self.msg.instruct, voice=self.voice, options=options)
+        on_tokens = self._first_tokens if self.chained and index == 0 else None
+        try:
+            self.service.submit(request, lambda event: self._on_event(seg, event), ENDPOINT, on_tokens)
+        except ServiceError as exc:
+            self._end(p.ErrorMsg(self.id, exc.code, f"segment {index}: {exc.message}"))
+            return
+        self.segments.append(seg)
+        self.running += 1
+
+    def _first_tokens(self, event: ChunkTokens) -> None:
+        if event.chunk == 0 and self.voice is None:
+            self.voice = VoicePrompt(tokens=event.tokens, text=self.segments[0].text, rms=None)
+            self._pump()
+
+    def _check_buffer(self) -> None:
+        buffered = self.segmenter.buffered + sum(len(t) for t in self.pending)
+        if buffered > self.limits.max_buffered_chars:
+            self._end(p.ErrorMsg(self.id, "stream_too_long",
+                                 f"text: {buffered} characters waiting to be spoken, over the limit of "
+                                 f"{self.limits.max_buffered_chars}; send text no faster than it is spoken",
+                                 "text"))
+
+    # ---- audio out ----------------------------------------------------------------------
+
+    def _on_event(self, seg: _Segment, event: Progress | ChunkAudio | Finished) -> None:
+        if self.ended:
+            return
+        if isinstance(event, Progress):
+            if self.msg.progress:
+                self.outlet.send(StreamProgressMsg(self.id, event.chunk, event.step, event.num_steps,
+                                                   event.fraction, segment=seg.index))
+        elif isinstance(event, ChunkAudio):
+            if seg.index == self.head:
+                self._send_audio(seg, event)
+            else:
+                seg.held.append(event)
+        elif event.outcome == "done":
+            self.running -= 1
+            seg.finished = True
+            if seg.index == 0:
+                self.queue_ms = event.queue_ms
+            self._advance()
+            self._pump()
+        elif event.outcome == "cancelled":  # not asked for by this stream: the server is stopping
+            self._end(p.Cancelled(self.id))
+        else:
+            self._end(p.ErrorMsg(self.id, "internal", f"segment {seg.index}: "
+                                 f"{event.message or 'the engine failed on this segment'}"))
+
+    def _send_audio(self, seg: _Segment, event: ChunkAudio) -> None:
+        if self.first_audio_ms is None:
+            self.first_audio_ms = round((time.perf_counter() - self.segments[0].submitted_at) * 1000.0, 3)
+        if seg.encoder is None:
+            rate = self.msg.sample_rate or default_rate(self.msg.encoding, event.sample_rate)
+            seg.encoder = ws_encoder(self.msg.encoding, event.sample_rate, rate)
+        out = seg.encoder.push(event.audio, last=event.final)
+        self.out_rate = seg.encoder.out_rate
+        samples = out.samples
+        header = StreamAudioHeader(self.id, event.chunk, event.final, seg.encoder.out_rate, self.msg.encoding,
+                                   samples, packets=out.packets, segment=seg.index, offset_samples=self.offset)
+        self.outlet.send_bytes(p.audio_frame(header, out.data))
+        self.offset += samples
+        seg.samples += samples
+        self.frames += 1
+
+    def _advance(self) -> None:
+        """Close finished head segments (their `segment` frame), release the next one's audio."""
+        while self.head < len(self.segments) and self.segments[self.head].finished:
+            seg = self.segments[self.head]
+            self.outlet.send(SegmentMsg(self.id, seg.index, seg.text, self.offset - seg.samples, seg.samples))
+            self.head += 1
+            if self.head < len(self.segments):
+                nxt = self.segments[self.head]
+                for event in nxt.held:
+                    self._send_audio(nxt, event)
+                nxt.held.clear()
+
+    def _maybe_done(self) -> None:
+        if (self.closed and not self.ended and self.voice_ready and not self.pending
+                and self.head == len(self.segments) and self.segmenter.buffered == 0):
+            total_ms = round((time.perf_counter() - self.opened_at) * 1000.0, 3)
+            self._end(p.Done(self.id, self.frames, round(self.offset / self.out_rate, 4),
+                             p.Timings(self.queue_ms, self.first_audio_ms, total_ms)))
+
+    # ---- ending -------------------------------------------------------------------------
+
+    def _refuse_after_close(self, what: str) -> bool:
+        if self.closed:
+            self._end(p.ErrorMsg(self.id, "invalid_request", f"type: {what} after stream_close", "type"))
+        return self.closed or self.ended
+
+    def _rearm_idle(self) -> None:
+        self._idle.cancel()
+        self._idle = self._loop.call_later(self.limits.idle_seconds, self._on_idle)
+
+    def _on_idle(self) -> None:
+        self._end(p.ErrorMsg(self.id, "stream_idle", f"no text for {self.limits.idle_seconds:g} s; "
+                             "send stream_close when the text is complete"))
+
+    def _on_too_long(self) -> None:
+        self._end(p.ErrorMsg(self.id, "stream_too_long",
+                             f"the stream lasted over the limit of {self.limits.max_seconds:g} s"))
+
+    def _end(self, message: p.ServerMessage) -> None:
+        """Exactly one end per stream: stop what still runs, send `message`, be forgotten."""
+        if self.ended:
+            return
+        self.ended = True
+        self._idle.cancel()
+        self._too_long.cancel()
+        for seg in self.segments:
+            if not seg.finished:
+                self.service.cancel(seg.request_id)
+                if seg.encoder is not None:
+                    seg.encoder.close()
+        self.pending.clear()
+        self.outlet.send(message)
+        self.outlet.ended(self)
