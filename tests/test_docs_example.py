@@ -24,3 +24,23 @@ def test_protocol_doc_client_example_runs(chorus_server, tmp_path):
     assert "done:" in result.stdout and "audio chunk 0" in result.stdout
     samples, rate = sf.read(out, dtype="int16")
     assert rate == 24000 and samples.size > 0
+
+
+def test_protocol_doc_agent_example_runs(chorus_server, tmp_path):
+    """The voice-agent example: an LLM-like token stream spoken segment by segment."""
+    section = DOC.read_text().split("## A voice-agent client (text streamed in)", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    script = tmp_path / "agent_client.py"
+    script.write_text(code)
+    out = tmp_path / "agent.wav"
+    result = subprocess.run([sys.executable, str(script), chorus_server.ws_url, str(out)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "segment 0 at 0.00 s: Sure!"
+    assert lines[1].startswith("segment 1 at ") and lines[1].endswith(
+        ": Dr. Lee can see you at 3.5 hours past noon, that is 3:30 p.m.")
+    assert lines[2].endswith(": Shall I book it?") and lines[3].endswith(": I will send a reminder the day before.")
+    assert lines[4].startswith("done: ")
+    samples, rate = sf.read(out, dtype="int16")
+    assert rate == 24000 and samples.size > 0

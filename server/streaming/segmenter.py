@@ -4,7 +4,8 @@ A segment is a sentence, or a clause of a long one. It is released as soon as it
 to be complete, so speech of the first sentence starts while the rest is still being written:
 - `.` `!` `?` `…` end a sentence when followed by whitespace, or at the end of what has
   arrived when the word before cannot be an abbreviation, an initial or a number
-  ("Dr.", "e.g.", "J.", "3." wait for the next character: "3.5" and "Dr. Smith" go on);
+  ("Dr.", "e.g.", "J.", "3." wait for the next character: "3.5" and "Dr. Smith" go on;
+  "p.m.", "etc." end one when a capital letter follows);
 - `。` `！` `？` (and full-width `!` `?` `;`) end a sentence at once, no space needed;
 - a newline ends a segment;
 - closing quotes and brackets after the end stay with their sentence;
@@ -26,11 +27,13 @@ CLAUSE_MARKS = ",;:—–"
 CJK_CLAUSE_MARKS = "，、；："
 CLOSERS = "\"'”’)]}»」』）】》"
 CJK_WEIGHT = 3
-ABBREVIATIONS = frozenset("""
-mr mrs ms mx dr prof sr jr st mt ft vs etc eg ie cf al approx dept est fig figs inc ltd co corp
-jan feb mar apr jun jul aug sep sept oct nov dec no nos vol vols pp p gen gov sen rep rev capt
-col lt sgt cmdr adm u.s u.k e.g i.e a.m p.m ph.d
+# Never end a sentence: a name or a number follows them.
+TITLES = frozenset("""
+mr mrs ms mx dr prof sr jr st mt ft vs cf eg ie e.g i.e no nos vol vols pp p fig figs approx dept
+gen gov sen rep rev capt col lt sgt cmdr adm jan feb mar apr jun jul aug sep sept oct nov dec
 """.split())
+# End a sentence only when a capital letter follows ("at 3 p.m. Shall I book it?").
+ABBREVIATIONS = frozenset("etc al est inc ltd co corp u.s u.k a.m p.m ph.d".split())
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
 _SPEAKABLE = re.compile(r"[^\W_]")  # a letter or a digit, any script
 
@@ -115,22 +118,27 @@ class Segmenter:
         if j < len(buf):  # something follows: an end only before whitespace, never after "Dr."
             if not buf[j].isspace():
                 return None  # "3.5", "e.g", "example.com"
-            return j if buf[i] != "." or j > i + 1 or not self._abbreviation(i) else None
+            kind = self._abbreviation(i) if buf[i] == "." and j == i + 1 else None
+            if kind is None:
+                return j
+            nxt = buf[j:].lstrip()[:1]
+            return j if kind == "abbreviation" and nxt.isupper() else None
         # the mark is the last thing that arrived: end now unless the next piece may continue it
         if buf[j - 1] == "." and buf[j - 2 : j - 1] == ".":
             return None  # "..": the rest of an ellipsis may follow
         if buf[i] == "." and j == i + 1 and (self._abbreviation(i) or buf[:i][-1:].isdigit()):
-            return None  # "Dr." / "3." : " Smith" or "5" may follow
+            return None  # "Dr." / "3." / "p.m.": " Smith", "5" or " today" may follow
         return j
 
-    def _abbreviation(self, i: int) -> bool:
-        """Whether the word before the "." at i is an abbreviation or an initial."""
-        word = re.split(r"[\s(\"'“‘]", self._buffer[:i])[-1]
-        if not word:
-            return False
-        if len(word) == 1 and word.isalpha():
-            return True  # an initial ("J. K. Rowling") or a letter of "e.g."
-        return word.lower() in ABBREVIATIONS
+    def _abbreviation(self, i: int) -> str | None:
+        """"title" when the word before the "." at i never ends a sentence (an initial,
+        "Dr", "e.g"), "abbreviation" when it may ("p.m", "etc"), else None."""
+        word = re.split(r"[\s(\"'“‘]", self._buffer[:i])[-1].lower()
+        if (len(word) == 1 and word.isalpha()) or word in TITLES:
+            return "title"  # an initial ("J. K. Rowling"), a title, a letter of "e.g."
+        if word in ABBREVIATIONS:
+            return "abbreviation"
+        return None
 
     def _clause_cut(self, region: str) -> int | None:
         """Where to cut a long sentence: the last clause mark within `clause_chars`, else the
