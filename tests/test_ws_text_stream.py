@@ -211,8 +211,8 @@ def test_bad_stream_frames_are_answered(chorus_server):
 @pytest.fixture(scope="module")
 def small_limits(tiny_checkpoint, tmp_path_factory):
     server = ChorusServer(tiny_checkpoint, tmp_path_factory.mktemp("stream-limits"),
-                          "--stream-idle-seconds", "1", "--stream-max-buffered-chars", "120",
-                          "--stream-max-seconds", "6", "--max-inflight", "2").start()
+                          "--stream-idle-seconds", "2", "--stream-max-buffered-chars", "120",
+                          "--stream-max-seconds", "5", "--max-inflight", "2").start()
     yield server
     server.stop()
 
@@ -249,8 +249,8 @@ def test_stream_lasting_too_long_is_stream_too_long(small_limits):
     async def main():
         s = await Session.open(small_limits.ws_url)
         await stream_text(s, "t", ["Short."], close=False)
-        for _ in range(10):  # keeps it from going idle, past the 6 s limit
-            await asyncio.sleep(0.8)
+        for _ in range(20):  # keeps it from going idle, past the 5 s limit
+            await asyncio.sleep(0.4)
             await s.send({"type": "stream_append", "id": "t", "text": " more"})
         out = (await s.collect(["t"]))["t"]
         await s.close()
@@ -258,7 +258,7 @@ def test_stream_lasting_too_long_is_stream_too_long(small_limits):
 
     out = run(main())
     assert out.end["type"] == "error" and out.end["code"] == "stream_too_long"
-    assert "6 s" in out.end["message"]
+    assert "5 s" in out.end["message"]
 
 
 def test_streams_count_against_the_connection_limit(small_limits):
@@ -278,4 +278,16 @@ def test_streams_count_against_the_connection_limit(small_limits):
     refused, out = run(main())
     assert "limit 2" in refused["message"]
     assert [o.end["type"] for o in out.values()] == ["cancelled", "cancelled"]
-    # a stream closed with no text at all is done with no audio
+
+
+def test_stream_closed_without_text_is_done_without_audio(chorus_server):
+    async def main():
+        s = await Session.open(chorus_server.ws_url)
+        await stream_text(s, "e", ["", "  "])
+        out = (await s.collect(["e"]))["e"]
+        await s.close()
+        return out
+
+    out = run(main())
+    assert [f["type"] for f in out.frames] == ["accepted", "done"]
+    assert out.end["chunks"] == 0 and out.end["audio_seconds"] == 0

@@ -24,6 +24,7 @@ from msgspec import Struct
 from server import protocol as p
 from server.encoders import StreamEncoder, default_rate, ws_encoder
 from server.config import StreamLimits
+from server.options import BY_NAME
 from server.engine.types import (
     ChunkAudio, ChunkTokens, Finished, GenerationOptions, Progress, SynthesisRequest, VoicePrompt,
 )
@@ -33,8 +34,9 @@ from server.streaming.segmenter import Segmenter
 
 log = logging.getLogger("chorus.stream")
 ENDPOINT = "stream"
-# The stream cuts its text itself: each segment is one engine chunk, whatever chunk_threshold says.
-NO_CHUNKING_S = 1e9
+# The stream cuts its text itself: each segment is one engine chunk, whatever chunk_threshold says
+# (its largest value; a segment is at most a few hundred characters, far below it).
+NO_CHUNKING_S = float(BY_NAME["chunk_threshold"].high)
 _U64 = 1 << 64
 
 
