@@ -1,0 +1,274 @@
+"""Voice agents against `chorus serve`: how many a server sustains, deadline vs FIFO scheduling.
+
+Each simulated agent opens a text stream per turn and appends an LLM-like answer (2-8
+sentences, word by word at a seeded 20-80 words a second), closes it, plays the audio back in
+simulated real time, thinks (1-3 s) and starts the next turn. Per turn it records the first
+audio after the first sentence was complete (its last character sent) and every underrun:
+the moment playback had nothing left to play before the stream's `done`, and for how long.
+
+A level runs N agents for `--level-seconds`; it passes with p95 first audio <= `--p95-ms` and
+no underrun or error. N doubles from `--start` while levels pass, then is bisected between the
+last pass and the first failure. This runs once per `--scheduling` mode, each against its own
+server (`chorus serve --scheduling MODE ...`, arguments after `--`; `default` passes no flag),
+followed by `bench.ws_bench`'s throughput and Poisson loaded scenarios (10 s lines at 70%).
+
+    python -m bench.agents --num-step 32 -- --model ckpt-full --device cuda
+    python -m bench.agents --scheduling default --start 2 --max-agents 2 --level-seconds 3 -- --model ckpt-tiny
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import struct
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+import websockets
+
+from bench import ws_bench
+from bench.loadtest import _commit, spawn_server
+from bench.metrics import emit_report, percentile, stats
+from bench.mixes import WORDS, plain_mix
+
+SENTENCE_ENDS = ".!?"
+
+
+def answer(rng: random.Random, sentences_range: tuple[int, int] = (2, 8)) -> str:
+    """An LLM-like answer: 2-8 sentences of 5-16 words."""
+    sentences = []
+    for _ in range(rng.randint(*sentences_range)):
+        words = [rng.choice(WORDS) for _ in range(rng.randint(5, 16))]
+        s = " ".join(words)
+        sentences.append(s[0].upper() + s[1:] + rng.choice(".....!?"))
+    return " ".join(sentences)
+
+
+@dataclass
+class Turn:
+    first_sentence_at: float | None = None  # the first sentence's last character was sent
+    first_audio_at: float | None = None
+    underruns: list[tuple[float, float]] = field(default_factory=list)  # (at s into playback, seconds)
+    audio_seconds: float = 0.0
+    outcome: str | None = None
+
+    @property
+    def first_audio_ms(self) -> float | None:
+        if self.first_audio_at is None or self.first_sentence_at is None:
+            return None
+        return (self.first_audio_at - self.first_sentence_at) * 1000.0
+
+
+async def _feed(ws, sid: str, text: str, wps: float, turn: Turn, options: dict) -> None:
+    await ws.send(json.dumps({"type": "stream_open", "id": sid, "progress": False, "options": options}))
+    words = text.split(" ")
+    for i, word in enumerate(words):
+        await ws.send(json.dumps({"type": "stream_append", "id": sid, "text": word if i == 0 else " " + word}))
+        if turn.first_sentence_at is None and word[-1] in SENTENCE_ENDS:
+            turn.first_sentence_at = time.perf_counter()
+        await asyncio.sleep(1.0 / wps)
+    await ws.send(json.dumps({"type": "stream_close", "id": sid}))
+
+
+async def run_turn(ws, sid: str, rng: random.Random, options: dict, sentences: tuple[int, int]) -> Turn:
+    """One answer spoken: send it at the agent's pace, play what comes back in real time."""
+    turn = Turn()
+    feeder = asyncio.create_task(_feed(ws, sid, answer(rng, sentences), rng.uniform(20, 80), turn, options))
+    play_end = None  # when the audio received so far will have finished playing (perf_counter)
+    try:
+        while True:
+            frame = await ws.recv()
+            now = time.perf_counter()
+            if isinstance(frame, bytes):
+                (n,) = struct.unpack(">I", frame[:4])
+                header = json.loads(frame[4 : 4 + n])
+                seconds = header["samples"] / header["sample_rate"]
+                if play_end is None:
+                    turn.first_audio_at, play_end = now, now
+                elif now > play_end:  # playback ran dry before this frame came
+                    turn.underruns.append((round(play_end - turn.first_audio_at, 3), round(now - play_end, 4)))
+                    play_end = now
+                play_end += seconds
+                turn.audio_seconds += seconds
+                continue
+            msg = json.loads(frame)
+            if msg.get("id") == sid and msg["type"] in ("done", "cancelled", "error"):
+                turn.outcome = msg["type"] if msg["type"] != "error" else f"error:{msg['code']}"
+                break
+    finally:
+        await feeder
+    if play_end is not None:
+        await asyncio.sleep(max(0.0, play_end - time.perf_counter()))  # listen to the end
+    return turn
+
+
+async def agent(url: str, index: int, seed: int, until: float, options: dict,
+                sentences: tuple[int, int]) -> list[Turn]:
+    rng = random.Random(seed * 100003 + index)
+    turns: list[Turn] = []
+    async with websockets.connect(url, max_size=None) as ws:
+        await ws.recv()  # ready
+        await asyncio.sleep(rng.uniform(0, 1.0))  # agents do not start in lockstep
+        while time.perf_counter() < until:
+            turns.append(await run_turn(ws, f"t{len(turns)}", rng, options, sentences))
+            await asyncio.sleep(rng.uniform(1.0, 3.0))  # the user speaks, the LLM thinks
+    return turns
+
+
+async def level(url: str, agents: int, args, options: dict) -> dict:
+    seconds, p95_ms = args.level_seconds, args.p95_ms
+    until = time.perf_counter() + seconds
+    per_agent = await asyncio.gather(*(agent(url, i, args.seed, until, options, args.sentences)
+                                       for i in range(agents)))
+    turns = [t for ts in per_agent for t in ts]
+    first = [t.first_audio_ms for t in turns if t.first_audio_ms is not None]
+    underruns = [u for t in turns for u in t.underruns]
+    failed = sum(1 for t in turns if t.outcome != "done")
+    p95 = percentile(first, 95)
+    return {"agents": agents, "seconds": seconds, "turns": len(turns), "turns_failed": failed,
+            "first_audio_ms": stats(first, 1), "underruns": len(underruns),
+            "underrun_seconds": round(sum(s for _, s in underruns), 3), "underrun_list": underruns[:50],
+            "audio_seconds": round(sum(t.audio_seconds for t in turns), 2),
+            "passed": bool(turns) and failed == 0 and not underruns and p95 is not None and p95 <= p95_ms}
+
+
+async def sustained(url: str, args, options: dict) -> dict:
+    """Doubling from `start` while levels pass, then bisection: the most agents that pass."""
+    levels: list[dict] = []
+
+    async def run(n: int) -> bool:
+        result = await level(url, n, args, options)
+        levels.append(result)
+        print(f"  {n} agents: p95 first audio {result['first_audio_ms'].get('p95')} ms, "
+              f"{result['underruns']} underruns, {result['turns']} turns -> "
+              f"{'pass' if result['passed'] else 'fail'}", file=sys.stderr)
+        return result["passed"]
+
+    good, bad, n = 0, None, args.start
+    while n <= args.max_agents and await run(n):
+        good, n = n, n * 2
+    if n <= args.max_agents:
+        bad = n
+    while bad is not None and bad - good > max(1, good // 8):
+        mid = (good + bad) // 2
+        if await run(mid):
+            good = mid
+        else:
+            bad = mid
+    at = next((lv for lv in reversed(levels) if lv["agents"] == good and lv["passed"]), None)
+    return {"agents_sustained": good, "at_sustained": at, "levels": levels}
+
+
+async def one_mode(url: str, args, options: dict) -> dict:
+    out = await sustained(url, args, options)
+    specs = [replace(s, num_step=args.num_step)
+             for s in plain_mix(args.throughput_requests, seed=args.seed, lo=2.0, hi=12.0)]
+    out["throughput"] = await ws_bench.throughput(url, specs, connections=min(16, len(specs)))
+    out["loaded"] = await ws_bench.loaded(url, out["throughput"]["audio_s_per_s"], load=0.7,
+                                          duration_s=args.loaded_seconds, seed=args.seed)
+    return out
+
+
+def summary(modes: dict, minutes: float, gpu: str | None, commit: str | None) -> dict:
+    main_mode = "deadline" if "deadline" in modes else next(iter(modes), None)
+    m = modes.get(main_mode) or {}
+    fifo = modes.get("fifo") or {}
+    at = m.get("at_sustained") or {}
+
+    def p95_loaded(mode: dict):
+        return ((mode.get("loaded") or {}).get("client_first_audio_ms") or {}).get("p95")
+
+    thr = lambda mode: (mode.get("throughput") or {}).get("audio_s_per_s")  # noqa: E731
+    ratio = round(thr(m) / thr(fifo), 3) if thr(m) and thr(fifo) and main_mode != "fifo" else None
+    return {
+        "agents_sustained": m.get("agents_sustained"),
+        "agents_sustained_fifo": fifo.get("agents_sustained"),
+        "p95_first_audio_ms": (at.get("first_audio_ms") or {}).get("p95"),
+        "underruns": sum(lv["underruns"] for lv in m.get("levels", [])) if m else None,
+        "loaded_p95_first_audio_ms_deadline": p95_loaded(modes.get("deadline") or {}) if "deadline" in modes
+        else p95_loaded(m),
+        "loaded_p95_first_audio_ms_fifo": p95_loaded(fifo),
+        "throughput_ratio_deadline_vs_fifo": ratio,
+        "minutes": round(minutes, 2),
+        "gpu": gpu,
+        "commit": commit,
+    }
+
+
+def _range(text: str) -> tuple[int, int]:
+    lo, _, hi = text.partition("-")
+    try:
+        bounds = (int(lo), int(hi or lo))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a range: {text!r} (e.g. 2-8)") from None
+    if not 1 <= bounds[0] <= bounds[1]:
+        raise argparse.ArgumentTypeError("must be 1 <= LO <= HI")
+    return bounds
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench.agents", description=__doc__.splitlines()[0],
+                                epilog="Arguments after `--` go to every `chorus serve` this starts.")
+    p.add_argument("--url", default=None, help="a running server (one mode, as it runs) instead of starting one")
+    p.add_argument("--scheduling", default="deadline,fifo", help="modes, comma-separated; `default`: no flag")
+    p.add_argument("--start", type=int, default=8, help="agents at the first level")
+    p.add_argument("--max-agents", type=int, default=256)
+    p.add_argument("--level-seconds", type=float, default=60.0)
+    p.add_argument("--p95-ms", type=float, default=300.0, help="first-audio bound a level must meet")
+    p.add_argument("--num-step", type=int, default=32)
+    p.add_argument("--throughput-requests", type=int, default=256)
+    p.add_argument("--loaded-seconds", type=float, default=60.0)
+    p.add_argument("--sentences", type=_range, default=(2, 8), help="sentences per answer, LO-HI (default 2-8)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=None, help="default: bench/results/<date>-<gpu|cpu>-agents.json")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    serve_args = argv[argv.index("--") + 1 :] if "--" in argv else []
+    args = build_parser().parse_args(argv[: argv.index("--")] if "--" in argv else argv)
+    options = {"num_step": args.num_step}
+    t0 = time.perf_counter()
+    modes: dict[str, dict] = {}
+    gpu = None
+    try:
+        import torch
+
+        gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
+    except Exception:  # noqa: BLE001 - torch missing: a client-only machine
+        pass
+    for mode in [m.strip() for m in args.scheduling.split(",") if m.strip()]:
+        print(f"scheduling {mode}:", file=sys.stderr)
+        if args.url:
+            modes[mode] = ws_bench.run(one_mode(args.url.replace("http", "ws", 1) + "/v1/stream", args, options))
+            continue
+        flags = [] if mode == "default" else ["--scheduling", mode]
+        with tempfile.TemporaryDirectory() as tmp:
+            proc, url = spawn_server([*serve_args, *flags], Path(tmp) / "server.log", Path(tmp) / "voices")
+            try:
+                modes[mode] = ws_bench.run(one_mode(url.replace("http", "ws", 1) + "/v1/stream", args, options))
+            finally:
+                proc.terminate()
+                proc.wait(60)
+    date = datetime.now(timezone.utc)
+    commit = _commit()
+    result = {
+        "summary": summary(modes, (time.perf_counter() - t0) / 60.0, gpu, commit),
+        "meta": {"command": "python -m bench.agents " + " ".join(argv), "date_utc": date.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                 "gpu": gpu, "commit": commit, "settings": vars(args), "serve_args": serve_args},
+        "modes": modes,
+    }
+    out = args.out or str(Path(__file__).parent / "results" / f"{date:%Y-%m-%d}-{'gpu' if gpu else 'cpu'}-agents.json")
+    emit_report(result, out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
