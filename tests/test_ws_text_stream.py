@@ -36,7 +36,10 @@ def run(coro):
     return asyncio.run(asyncio.wait_for(coro, 180))
 
 
-def check_stream(outcome: Outcome, *, encoding: str = "pcm_s16le") -> list[dict]:
+SAMPLE_BYTES = {"pcm_s16le": 2, "f32le": 4, "mulaw": 1, "alaw": 1}
+
+
+def check_stream(outcome: Outcome, *, encoding: str = "pcm_s16le", rate: int = 24000) -> list[dict]:
     """What the protocol promises about a stream that ended with `done`; returns its segments."""
     frames = outcome.frames
     assert isinstance(frames[0], dict) and frames[0] == {"type": "accepted", "id": outcome.id, "chunks": None,
@@ -54,14 +57,14 @@ def check_stream(outcome: Outcome, *, encoding: str = "pcm_s16le") -> list[dict]
         assert seg["offset_samples"] == offset
         for a in mine:
             h = a.header
-            assert h["offset_samples"] == offset and h["encoding"] == encoding and h["sample_rate"] == 24000
-            assert len(a.samples) == h["samples"] > 0
+            assert h["offset_samples"] == offset and h["encoding"] == encoding and h["sample_rate"] == rate
+            assert len(a.payload) == h["samples"] * SAMPLE_BYTES[encoding] > 0
             offset += h["samples"]
         assert seg["samples"] == offset - seg["offset_samples"] and mine[-1].header["final"]
     assert frames[-2] is segments[-1]  # done right after the last segment frame
     done = outcome.end
     assert done["chunks"] == len(outcome.audio)
-    assert abs(done["audio_seconds"] - offset / 24000) < 1e-3
+    assert abs(done["audio_seconds"] - offset / rate) < 1e-3
     return segments
 
 
@@ -101,6 +104,20 @@ def test_chinese_text_is_cut_at_its_punctuation(chorus_server):
 
     segments = check_stream(run(main()), encoding="f32le")
     assert [seg["text"] for seg in segments] == ["你好。", "今天天气很好！", "我们去公园吧？", "价格是3.5元"]
+
+
+def test_mulaw_at_8000_hz_offsets_count_the_samples_sent(chorus_server):
+    async def main():
+        s = await Session.open(chorus_server.ws_url)
+        await stream_text(s, "m", tokens_of("Telephone audio. Eight thousand a second."), encoding="mulaw")
+        await stream_text(s, "w", tokens_of("Wideband. At sixteen."), encoding="pcm_s16le", sample_rate=16000)
+        out = await s.collect(["m", "w"])
+        await s.close()
+        return out
+
+    out = run(main())
+    assert len(check_stream(out["m"], encoding="mulaw", rate=8000)) == 2
+    assert len(check_stream(out["w"], rate=16000)) == 2
 
 
 def test_initial_text_flush_and_progress(chorus_server):
