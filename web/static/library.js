@@ -103,7 +103,7 @@ export class VoiceLibrary {
     if (v.id === current) radio.checked = true;
     radio.addEventListener("change", () => this.onPicked());
     const meta = v.builtin
-      ? v.instruct || v.description || "built-in voice"
+      ? ""
       : [formatSeconds(v.seconds), v.text ? `“${v.text}”` : ""].filter(Boolean).join(" · ");
     const label = el("label", { for: rid },
       el("span", { className: "voice-name", text: name }),
