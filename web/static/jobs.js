@@ -114,7 +114,7 @@ export class Job {
     const pct = `${Math.round(this.fraction * 100)}%`;
     const n = this.expectedChunks;
     if (n > 1) return `${pct} · ${this.chunks.length} of ${n} chunks ready`;
-    return pct;
+    return this.lastStep ? `${pct} · step ${this.lastStep.step} of ${this.lastStep.num_steps}` : pct; // one chunk: its step is the request's
   }
 
   onAccepted(msg) {
@@ -130,6 +130,7 @@ export class Job {
 
   onProgress(msg) {
     if (this.state === "queued" || this.state === "sending") this.setState("running");
+    this.lastStep = msg;
     this.fraction = Math.max(this.fraction, msg.fraction ?? 0);
     this.setProgress(this.fraction, this.progressText());
   }
