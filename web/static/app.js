@@ -51,14 +51,13 @@ function streamUrl() {
 
 // ---------------------------------------------------------------------------- parts
 
-const knobsRef = { current: null };
-const errors = new FieldErrors(() => knobsRef.current?.names() || new Set());
+// The field errors ask the knobs which options have a control (only once events come).
+const errors = new FieldErrors(() => knobs.names());
 errors.onShow = (target, errorEl) => {
   if (errorEl.closest("#advanced")) $("advanced").open = true;
   if (target === "instruct") setVoiceMode("design");
 };
 const knobs = new Knobs($("knobs"), optionTable(boot), boot.page_defaults, errors);
-knobsRef.current = knobs;
 knobs.build();
 $("reset-knobs").addEventListener("click", () => knobs.reset());
 knobs.changed();
