@@ -221,13 +221,15 @@ export class LiveSession {
     seg.end = msg.offset_samples + msg.samples;
     seg.span.textContent = `${msg.text} `;
     seg.span.classList.remove("pending");
+    seg.known = true;
+    this.follow();
   }
 
   segment(k) {
     let seg = this.segments.get(k);
     if (!seg) {
       const span = el("span", { className: "live-segment pending", "data-segment": k, text: "… " });
-      seg = { start: Infinity, end: 0, span };
+      seg = { start: Infinity, end: 0, span, known: false };
       this.segments.set(k, seg);
       const after = [...$("live-transcript").children].find((s) => Number(s.dataset.segment) > k);
       $("live-transcript").insertBefore(span, after || null);
@@ -242,7 +244,8 @@ export class LiveSession {
       this.raf = null;
       const pos = this.player?.position();
       for (const seg of this.segments.values()) {
-        const now = pos !== null && pos !== undefined && pos >= seg.start && pos < seg.end;
+        // Highlighted once its `segment` frame has said what it speaks.
+        const now = seg.known && pos !== null && pos !== undefined && pos >= seg.start && pos < seg.end;
         seg.span.classList.toggle("speaking", now);
         if (now) seg.span.setAttribute("aria-current", "true");
         else seg.span.removeAttribute("aria-current");
