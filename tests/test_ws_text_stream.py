@@ -237,7 +237,7 @@ def small_limits(tiny_checkpoint, tmp_path_factory):
 def test_idle_stream_ends_with_stream_idle(small_limits):
     async def main():
         s = await Session.open(small_limits.ws_url)
-        await stream_text(s, "i", ["A sentence."], close=False)
+        await stream_text(s, "i", ["A sentence", ". "], close=False)
         out = (await s.collect(["i"]))["i"]
         await s.close()
         return out

@@ -2,11 +2,11 @@
 
 A segment is a sentence, or a clause of a long one. It is released as soon as it is known
 to be complete, so speech of the first sentence starts while the rest is still being written:
-- `.` `!` `?` `…` end a sentence when followed by whitespace, or at the end of what has
-  arrived when the word before cannot be an abbreviation, an initial or a number
-  ("Dr.", "e.g.", "J.", "3." wait for the next character: "3.5" and "Dr. Smith" go on;
-  "p.m.", "etc." end one when a capital letter follows);
-- `。` `！` `？` (and full-width `!` `?` `;`) end a sentence at once, no space needed;
+- `.` `!` `?` `…` end a sentence when whitespace follows them (and their closing quotes or
+  brackets): the next character decides, so "3.5", "example.com" and '"Stop."' come whole;
+  not after an abbreviation, a title or an initial ("Dr. Smith", "e.g. this", "J. K."), and
+  after "p.m." or "etc." only when a capital letter follows;
+- `。` `！` `？` (and full-width `!` `?` `;`) end a sentence with no space after them;
 - a newline ends a segment;
 - closing quotes and brackets after the end stay with their sentence;
 - a sentence over `clause_chars` is cut at its last clause mark (`,` `;` `:` `—`, `，` `、`
@@ -62,7 +62,7 @@ class Segmenter:
         segments: list[str] = []
         while (cut := self._next_cut()) is not None:
             self._release(self._buffer[:cut], segments)
-            self._buffer = self._buffer[cut:]
+            self._buffer = self._buffer[cut:].lstrip()
         return segments
 
     def flush(self) -> list[str]:
@@ -97,8 +97,8 @@ class Segmenter:
         for i, ch in enumerate(buf):
             if ch == "\n":
                 return i + 1
-            if ch in CJK_SENTENCE_ENDS:
-                return self._run_end(i)
+            if ch in CJK_SENTENCE_ENDS and (j := self._run_end(i)) < len(buf):
+                return j  # the next character shows whether a closing quote or bracket follows
             if ch in SENTENCE_ENDS and (cut := self._sentence_end(i)) is not None:
                 return cut
         return None
@@ -123,17 +123,13 @@ class Segmenter:
                 return j
             nxt = buf[j:].lstrip()[:1]
             return j if kind == "abbreviation" and nxt.isupper() else None
-        # the mark is the last thing that arrived: end now unless the next piece may continue it
-        if buf[j - 1] == "." and buf[j - 2 : j - 1] == ".":
-            return None  # "..": the rest of an ellipsis may follow
-        if buf[i] == "." and j == i + 1 and (self._abbreviation(i) or buf[:i][-1:].isdigit()):
-            return None  # "Dr." / "3." / "p.m.": " Smith", "5" or " today" may follow
-        return j
+        return None  # the mark is the last thing that arrived: a closing quote, "5" or "com" may follow
 
     def _abbreviation(self, i: int) -> str | None:
         """"title" when the word before the "." at i never ends a sentence (an initial,
         "Dr", "e.g"), "abbreviation" when it may ("p.m", "etc"), else None."""
-        word = re.split(r"[\s(\"'“‘]", self._buffer[:i])[-1].lower()
+        tail = self._buffer[:i].split()
+        word = tail[-1].lstrip("(\"'“‘[").lower() if tail else ""
         if (len(word) == 1 and word.isalpha()) or word in TITLES:
             return "title"  # an initial ("J. K. Rowling"), a title, a letter of "e.g."
         if word in ABBREVIATIONS:
