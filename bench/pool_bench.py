@@ -3,7 +3,8 @@
 `python -m bench.pool_bench --checkpoint DIR --devices cuda:0 cuda:0,1`: for each device
 set, an `EnginePool` (the server's own routing: least outstanding work) runs the seeded
 256-request mix, all submitted at once, after a short warm-up. Prints JSON with audio-s/s
-per set and the ratio of the last to the first.
+per set and the ratio of the last to the first (`summary.scaling_2gpu` for two GPUs). With
+several GPUs the pool runs each engine in its own process, as `chorus serve` does.
 """
 
 from __future__ import annotations
@@ -63,9 +64,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     runs = [run(args.checkpoint, d, args.dtype, args.requests, args.max_batch_size, args.max_packed_tokens)
             for d in args.devices]
-    result = {"command": "python -m bench.pool_bench " + " ".join(sys.argv[1:] if argv is None else argv),
-              "runs": runs,
-              "scaling": round(runs[-1]["audio_s_per_s"] / runs[0]["audio_s_per_s"], 3) if len(runs) > 1 else None}
+    from server.checkout import git_commit
+
+    scaling = round(runs[-1]["audio_s_per_s"] / runs[0]["audio_s_per_s"], 3) if len(runs) > 1 else None
+    result = {"summary": {"scaling_2gpu": scaling if runs[-1]["engines"] == 2 else None,
+                          "gpu": (runs[-1]["gpus"] or [None])[0], "commit": git_commit()},
+              "command": "python -m bench.pool_bench " + " ".join(sys.argv[1:] if argv is None else argv),
+              "runs": runs, "scaling": scaling}
     emit_report(result, args.out)
     return 0
 
