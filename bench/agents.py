@@ -145,6 +145,8 @@ async def sustained(url: str, args, options: dict) -> dict:
     async def run(n: int) -> bool:
         result = await level(url, n, args, options)
         levels.append(result)
+        if args.out:  # a run cut short keeps the levels it measured
+            Path(args.out).write_text(json.dumps({"partial": True, "levels": levels}, indent=2) + "\n")
         print(f"  {n} agents: p95 first audio {result['first_audio_ms'].get('p95')} ms, "
               f"{result['underruns']} underruns, {result['turns']} turns -> "
               f"{'pass' if result['passed'] else 'fail'}", file=sys.stderr)
