@@ -24,11 +24,13 @@ from litestar.exceptions import HTTPException
 
 from server.api import ops, speech, stream, voices
 from server.api.auth import require_api_key, require_known_host
-from server.api.errors import ApiError, api_error_handler, http_exception_handler, internal_error_handler
+from server.api.errors import (ApiError, api_error_handler, error_response, http_exception_handler,
+                               internal_error_handler)
 from server.audio_io import AudioLimits
 from server.builtin_voices import model_key
 from server.config import ServerConfig
 from server.metrics import Metrics
+from server.net.bodies import BodyBudget, BodyBudgetExceeded, body_budget_middleware
 from server.service import Engine, SynthesisService
 from server.voices import open_voice_library
 
@@ -104,11 +106,13 @@ def create_app(cfg: ServerConfig, engine: Engine | None = None) -> Litestar:
         exception_handlers={
             ApiError: api_error_handler,
             HTTPException: http_exception_handler,
+            BodyBudgetExceeded: lambda _, exc: error_response("busy", str(exc), 503),
             Exception: internal_error_handler,
         },
         lifespan=[lifespan],
         state=State({"config": cfg, "ready": False, "connections": set()}),
         cors_config=cors,
+        middleware=[body_budget_middleware(BodyBudget(cfg.max_bodies_bytes))],
         request_max_body_size=cfg.max_body_bytes,
         openapi_config=None,
         logging_config=None,  # logging is configured once, by the command line

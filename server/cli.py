@@ -103,6 +103,23 @@ def build_parser() -> argparse.ArgumentParser:
                        help="segments of one stream synthesising at once (default 4)")
     serve.add_argument("--stream-max-seconds", type=_positive_float, default=900.0,
                        help="longest a stream may last, open to done; over it: stream_too_long (default 900)")
+    serve.add_argument("--max-connections", type=_positive_int, default=None,
+                       help="open HTTP and WebSocket connections; more are answered 503 and closed (default 4096, "
+                            "and always at most the file descriptor limit less an eighth, at least 64)")
+    serve.add_argument("--header-timeout", type=_positive_float, default=10.0,
+                       help="seconds a request's headers may take to arrive, from its first byte or the connect; "
+                            "then 408 and close (default 10)")
+    serve.add_argument("--body-timeout", type=_positive_float, default=60.0,
+                       help="seconds a request body may take to arrive after its headers; then 408 and close "
+                            "(default 60)")
+    serve.add_argument("--send-timeout", type=_positive_float, default=30.0,
+                       help="seconds a client may take none of what the server sends (audio, or a close) before "
+                            "its connection is dropped and its requests cancelled (default 30)")
+    serve.add_argument("--max-bodies-bytes", type=_size, default="128M",
+                       help="HTTP request bodies held at once, all requests together; beyond, 503 busy (default 128M)")
+    serve.add_argument("--max-outbox-bytes", type=_size, default="32M",
+                       help="frames queued for one WebSocket and not yet sent; beyond, new requests on it get busy "
+                            "and past --send-timeout it is closed (1008) (default 32M)")
     serve.add_argument("--allowed-origins", default=None,
                        help="comma-separated browser Origins allowed besides the server's own, or * for any "
                             "(default: $CHORUS_ALLOWED_ORIGINS, else same origin only)")
@@ -160,6 +177,10 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     cfg.drain_seconds = args.drain_seconds
     cfg.stream = StreamLimits(args.stream_idle_seconds, args.stream_max_buffered_chars, args.stream_max_segments,
                               args.stream_max_seconds)
+    cfg.max_connections = args.max_connections
+    cfg.header_timeout, cfg.body_timeout, cfg.send_timeout = args.header_timeout, args.body_timeout, args.send_timeout
+    cfg.max_bodies_bytes = args.max_bodies_bytes
+    cfg.max_outbox_bytes = args.max_outbox_bytes
     if args.allowed_origins is not None:
         cfg.allowed_origins = parse_origins(args.allowed_origins)
     if args.allowed_hosts is not None:

@@ -61,6 +61,13 @@ class ServerConfig:
     idle_timeout: float = 300.0  # s without a frame or a request in flight: close (0: never)
     drain_seconds: float = 30.0  # on SIGTERM/SIGINT: time in-flight requests get to finish
     stream: StreamLimits = field(default_factory=StreamLimits)
+    # ---- connections (server.net) ----
+    max_connections: int | None = None  # open sockets; None: 4096, always below the fd limit
+    header_timeout: float = 10.0  # s for a request's headers to arrive; beyond: 408 and close
+    body_timeout: float = 60.0  # s for a request's body to arrive after its headers
+    send_timeout: float = 30.0  # s a peer may take none of what is sent (also closing): then dropped
+    max_bodies_bytes: int = 128 * 1024 * 1024  # request bodies held at once, server-wide; beyond: 503
+    max_outbox_bytes: int = 32 * 1024 * 1024  # frames queued for one WebSocket not yet sent
     # ---- access ----
     # WebSocket and browser Origins allowed besides the server's own; "*" allows any
     allowed_origins: tuple[str, ...] = ()

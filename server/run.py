@@ -20,6 +20,10 @@ import socket
 import uvicorn
 
 from server.config import ServerConfig
+from server.net.accept_log import AcceptErrorLog
+from server.net.http import guarded_http_protocol
+from server.net.limits import NetLimits, connection_cap, fd_soft_limit
+from server.net.websocket import guarded_ws_protocol
 
 log = logging.getLogger("chorus")
 
@@ -40,6 +44,14 @@ def resolve_model(cfg: ServerConfig) -> None:
             "Pass --model k2-fsa/OmniVoice (or a local folder) for real speech. ***",
             cfg.model,
         )
+
+
+def net_limits(cfg: ServerConfig) -> NetLimits:
+    cap, backlog = connection_cap(cfg.max_connections)
+    if cfg.max_connections and cap < cfg.max_connections:
+        log.warning("--max-connections %d lowered to %d: the file descriptor limit is %d",
+                    cfg.max_connections, cap, fd_soft_limit())
+    return NetLimits(cap, cfg.header_timeout, cfg.body_timeout, cfg.send_timeout, backlog)
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -109,13 +121,18 @@ async def _serve_async(cfg: ServerConfig, sock: socket.socket) -> None:
     from server.app import create_app
 
     app = create_app(cfg)
+    limits = net_limits(cfg)
+    log.info("connections: at most %d open (file descriptor limit %d)", limits.max_connections, fd_soft_limit())
     # No permessage-deflate: audio does not compress, and deflating a 10 s frame costs
     # ~13 ms of the event loop's time on each side before the first sample is heard.
     uv_config = uvicorn.Config(app, log_level="warning", lifespan="on", ws_max_size=cfg.max_frame_bytes,
-                               ws_per_message_deflate=False, timeout_graceful_shutdown=30)
+                               ws_per_message_deflate=False, timeout_graceful_shutdown=30,
+                               http=guarded_http_protocol(limits), ws=guarded_ws_protocol(limits),
+                               backlog=limits.backlog)
     server = _Server(uv_config)
     shutdown = _Shutdown(server, app, cfg.drain_seconds)
     loop = asyncio.get_running_loop()
+    loop.set_exception_handler(AcceptErrorLog())
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, shutdown.on_signal, sig)
     port = sock.getsockname()[1]

@@ -6,7 +6,8 @@ from one outbox, so replies and engine events never interleave mid-frame and `ac
 always precedes a request's first event. A bad frame is answered with an `error` and
 nothing else changes; a disconnect cancels the connection's requests. A connection with
 nothing in flight that sends no frame for `--idle-timeout` seconds is closed (1000); on
-shutdown, once its requests have ended, it is closed with 1001.
+shutdown, once its requests have ended, it is closed with 1001. A client that does not read
+what it is sent is given up after `--send-timeout` (`outbox.py`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from litestar import WebSocket, websocket
 
 from server import protocol as p
 from server.api.auth import HOST_REFUSED, host_allowed, is_authorized, origin_allowed
+from server.api.outbox import Outbox
 from server.encoders import StreamEncoder, default_rate, ws_encoder
 from server.config import ServerConfig
 from server.engine.types import Accepted, ChunkAudio, Finished, Progress, SynthesisRequest
@@ -56,7 +58,7 @@ class Connection:
         self.cfg = cfg
         self.prefix = f"c{next(_connection_ids)}"
         self.requests: dict[str, _Request] = {}
-        self.outbox: asyncio.Queue[str | bytes | None] = asyncio.Queue()
+        self.outbox = Outbox(socket, cfg.max_outbox_bytes, cfg.send_timeout, self._give_up)
         self.open = True
         self.last_activity = time.monotonic()
         self.frame_at = time.perf_counter()  # when the frame being handled arrived
@@ -83,7 +85,7 @@ class Connection:
             sample_rate=self.service.sample_rate,
             limits=p.Limits(self.cfg.max_text_chars, self.cfg.max_inflight_per_connection),
         ))
-        writer = asyncio.create_task(self._write())
+        writer = asyncio.create_task(self.outbox.run())
         watchdog = asyncio.create_task(self._watch_idle()) if self.cfg.idle_timeout > 0 else None
         try:
             await self._read()
@@ -93,7 +95,7 @@ class Connection:
             for req in list(self.requests.values()):
                 self._cancel(req)
             self.streams.cancel_all()
-            self.outbox.put_nowait(None)
+            self.outbox.stop()
             writer.cancel()
             if watchdog is not None:
                 watchdog.cancel()
@@ -119,18 +121,21 @@ class Connection:
                 return
             await asyncio.sleep(max(left, 0.05) if not busy else min(timeout, 1.0))
 
-    async def close(self, code: int, reason: str, flush_timeout: float = 5.0) -> None:
-        """Send what is queued (up to `flush_timeout` s), then close the socket."""
+    async def close(self, code: int, reason: str) -> None:
+        """Send what is queued (for a few seconds), then close the socket (time-bounded)."""
         self.streams.cancel_all()  # an open stream ends with `cancelled` before the close
-        try:
-            await asyncio.wait_for(self.outbox.join(), flush_timeout)
-        except asyncio.TimeoutError:
-            pass
+        await self.outbox.close(code, reason)
         self.open = False
-        try:
-            await self.socket.close(code=code, reason=reason)
-        except Exception:  # noqa: BLE001 - already gone
-            pass
+
+    def _give_up(self) -> None:
+        """The client has not read its frames for `--send-timeout`: cancel its requests, close."""
+        log.warning("closing a connection that does not read what it is sent",
+                    extra={"connection": self.prefix, "queued_bytes": self.outbox.queued_bytes})
+        self.open = False
+        for req in list(self.requests.values()):
+            self._cancel(req)
+        self.streams.cancel_all()
+        self._closing = asyncio.get_running_loop().create_task(self.outbox.close(1008, "not reading", flush=False))
 
     async def _read(self) -> None:
         while True:
@@ -144,28 +149,6 @@ class Connection:
                 self._error(None, "bad_message", "binary frames are not accepted; send JSON text frames")
                 continue
             self._handle(text)
-
-    async def _write(self) -> None:
-        while True:
-            frame = await self.outbox.get()
-            try:
-                if frame is None:
-                    return
-                if isinstance(frame, bytes):
-                    await self.socket.send_bytes(frame)
-                else:
-                    await self.socket.send_text(frame)
-            except Exception:  # noqa: BLE001 - the peer is gone; the reader will see it
-                self.open = False
-                self._discard_outbox()
-                return
-            finally:
-                self.outbox.task_done()
-
-    def _discard_outbox(self) -> None:
-        while not self.outbox.empty():
-            self.outbox.get_nowait()
-            self.outbox.task_done()
 
     # ---- frames in ----------------------------------------------------------------------
 
@@ -199,6 +182,9 @@ class Connection:
             self._refuse(msg.id, "too_many_requests",
                          f"this connection already has {inflight} requests in flight "
                          f"(limit {self.cfg.max_inflight_per_connection})")
+        elif self.outbox.backed_up:
+            self._refuse(msg.id, "busy", f"this connection has {self.outbox.queued_bytes} bytes of frames it has "
+                         f"not read (limit {self.cfg.max_outbox_bytes}); read them first")
         elif isinstance(msg, p.StreamOpen):
             self.streams.start(msg)
         elif len(msg.text) > self.cfg.max_text_chars:
@@ -276,11 +262,11 @@ class Connection:
 
     def _send(self, message: p.ServerMessage) -> None:
         if self.open:
-            self.outbox.put_nowait(p.encode(message))
+            self.outbox.put(p.encode(message))
 
     def _send_bytes(self, frame: bytes) -> None:
         if self.open:
-            self.outbox.put_nowait(frame)
+            self.outbox.put(frame)
 
 
 @websocket("/stream")
