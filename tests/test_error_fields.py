@@ -104,7 +104,8 @@ def test_the_page_boot_json_carries_the_options_table(chorus_server):
                                            "range": "1..64"}
     assert boot["limits"]["max_num_step"] == table.MAX_NUM_STEP
     assert boot["sample_rate"] == 24000  # the served model's, from its engine
-    assert "page_defaults" in boot
+    assert boot["page_defaults"] == {"first_chunk_seconds": 2.0}  # fast start on the demo page
+    assert table.BY_NAME["first_chunk_seconds"].problem(2.0) is None
 
 
 def test_every_derived_definition_agrees_with_the_table():

@@ -44,7 +44,7 @@ STATIC_DIR = WEB_DIR / "static"
 DEFAULT_SAMPLE_RATE = 24000
 # What the demo page sends where the wire's default is meant for other clients: fast start
 # (`first_chunk_seconds`) makes the first sound of a long text come after one short chunk.
-PAGE_DEFAULTS: dict[str, Any] = {}
+PAGE_DEFAULTS: dict[str, Any] = {"first_chunk_seconds": 2.0}
 
 
 def page_context(config: Any, sample_rate: int | None = None) -> dict[str, Any]:

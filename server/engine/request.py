@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from server.engine.canvas import CanvasItem
+from server.engine.fast_start import split_first_chunk
 from server.engine.types import EventSink, Finished, GenerationOptions, RequestRejected, SynthesisRequest, VoicePrompt
 from server.engine.upstream_names import (
     ZH_RE,
@@ -124,12 +125,9 @@ def _plan(model, request: SynthesisRequest, frame_rate: int) -> RequestPlan:
     elif opts.speed is not None:
         chunk_speed = opts.speed
 
-    if target <= int(opts.chunk_threshold * frame_rate):
+    texts = chunk_texts(text, target, opts, frame_rate)
+    if texts is None:
         return RequestPlan(language, instruct, [ChunkPlan(text, target)], chunk_speed, chained=False)
-
-    tokens_per_char = target / len(text)
-    chunk_chars = int(opts.chunk_seconds * frame_rate / tokens_per_char)
-    texts = chunk_text_punctuation(text=text, chunk_len=chunk_chars, min_chunk_len=3)
     speed = chunk_speed if chunk_speed is not None else 1.0
     chunks: list[ChunkPlan] = []
     if voice is not None:
@@ -144,6 +142,23 @@ def _plan(model, request: SynthesisRequest, frame_rate: int) -> RequestPlan:
     for chunk in texts[1:]:
         chunks.append(ChunkPlan(chunk, model._estimate_target_tokens(chunk, texts[0], first_len, speed=speed)))
     return RequestPlan(language, instruct, chunks, chunk_speed, chained=len(chunks) > 1)
+
+
+def chunk_texts(text: str, target: int, opts: GenerationOptions, frame_rate: int) -> list[str] | None:
+    """The text's chunks: the reference's rule (split into pieces of about `chunk_seconds`
+    when the estimate exceeds `chunk_threshold`), after a short first chunk with fast start.
+    None: not chunked (one canvas of the whole estimate, as `generate()` without chunking)."""
+    tokens_per_char = target / len(text)
+    first: list[str] = []
+    if opts.first_chunk_seconds is not None:
+        split = split_first_chunk(text, math.ceil(opts.first_chunk_seconds * frame_rate / tokens_per_char))
+        if split is not None:
+            first, text = [split[0]], split[1]
+            target = round(tokens_per_char * len(text))
+    if target <= int(opts.chunk_threshold * frame_rate):
+        return first + [text] if first else None
+    chunk_chars = int(opts.chunk_seconds * frame_rate / tokens_per_char)
+    return first + chunk_text_punctuation(text=text, chunk_len=chunk_chars, min_chunk_len=3)
 
 
 def unmask_schedule(target_len: int, num_codebooks: int, num_step: int, t_shift: float) -> list[int]:

@@ -1,0 +1,153 @@
+"""Fast start (`first_chunk_seconds`): the plan's first chunk ends at the first sentence or
+clause boundary past about that many seconds, the rest is chunked as usual, the default
+plan is the reference's, and an engine run gives audio for every chunk with the later
+chunks' canvases built on chunk 0."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from server.config import EngineSettings
+from server.engine import loop as engine_loop
+from server.engine.fast_start import CJK_MARKS, LATIN_MARKS, split_first_chunk
+from server.engine.loop import EngineLoop
+from server.engine.request import plan_request
+from server.engine.types import ChunkAudio, GenerationOptions, SynthesisRequest, VoicePrompt
+from tests.engine_helpers import GREEDY, Collector
+
+EN = ("Good morning, everyone, and welcome. Today we will talk about rivers: where they begin, how they "
+      "carve valleys over thousands of years, and why cities grow on their banks. Rivers carry water, "
+      "sediment and life from the mountains to the sea. Let us begin with a small stream in the hills.")
+ZH = ("早上好，欢迎大家来到今天的讲座。今天我们要讨论河流：它们从哪里开始，它们如何在数千年里切割出山谷，"
+      "以及为什么城市沿着河岸发展。河流把水、泥沙和生命从山区带到大海。让我们从山里的一条小溪开始吧。")
+FRAME_RATE = 25
+
+
+def _plan(model, text, voice=None, **options):
+    return plan_request(model, SynthesisRequest("x", text, voice=voice, options=GenerationOptions(**options)),
+                        FRAME_RATE)
+
+
+def _seconds_per_char(model, text):
+    return model._estimate_target_tokens(text, None, None) / len(text) / FRAME_RATE
+
+
+@pytest.mark.parametrize("text", [EN, ZH], ids=["english", "chinese"])
+@pytest.mark.parametrize("asked", [1.0, 2.0, 4.0])
+def test_the_first_chunk_ends_at_the_first_boundary_past_the_asked_seconds(reference_model, text, asked):
+    plan = _plan(reference_model, text, first_chunk_seconds=asked)
+    first = plan.chunks[0].text
+    assert len(plan.chunks) >= 2 and plan.chained
+    assert text.startswith(first) and first[-1] in LATIN_MARKS | CJK_MARKS, first
+    per_char = _seconds_per_char(reference_model, text)
+    assert len(first) * per_char >= asked - per_char  # past about the asked seconds...
+    shorter = first[:-1]  # ...and no earlier boundary past them
+    assert all((i + 1) * per_char < asked
+               for i, ch in enumerate(shorter) if ch in CJK_MARKS or (ch in LATIN_MARKS and shorter[i + 1:i + 2] == " "))
+    # the rest is the text after it, chunked as usual (short enough here to stay whole)
+    assert "".join(c.text for c in plan.chunks[1:]).replace(" ", "") == text[len(first):].replace(" ", "")
+    assert plan.chunks[0].target_len / FRAME_RATE < sum(c.target_len for c in plan.chunks[1:]) / FRAME_RATE
+
+
+def test_the_rest_is_chunked_by_the_usual_rule(reference_model):
+    plan = _plan(reference_model, EN, first_chunk_seconds=1.0, chunk_threshold=0.0, chunk_seconds=3.0)
+    default = _plan(reference_model, EN, chunk_threshold=0.0, chunk_seconds=3.0)
+    assert len(plan.chunks) > 2 and plan.chunks[0].text != default.chunks[0].text
+    assert all(len(c.text) < len(EN) / 2 for c in plan.chunks[1:])
+
+
+def test_a_text_without_a_later_boundary_plans_as_without_fast_start(reference_model):
+    for text in ["Hello there", "One short sentence."]:
+        assert _plan(reference_model, text, first_chunk_seconds=0.5) == _plan(reference_model, text)
+    assert split_first_chunk("Pi is 3.14159 and e is 2.71828 roughly", 3) is None
+
+
+@pytest.mark.parametrize("options", [dict(), dict(chunk_threshold=0.0, chunk_seconds=3.0),
+                                     dict(chunk_threshold=0.0, chunk_seconds=3.0, speed=1.5),
+                                     dict(duration=9.0)])
+def test_the_default_plan_is_the_references(reference_model, monkeypatch, options):
+    """Without `first_chunk_seconds` the chunks (texts and sizes) are `generate()`'s own."""
+    seen: list[tuple[str, int]] = []
+    model = reference_model
+
+    def fake_iterative(task, gen_config):  # record what the reference would generate
+        seen.extend(zip(task.texts, task.target_lens))
+        return [torch.zeros((model.config.num_audio_codebook, n), dtype=torch.long) for n in task.target_lens]
+
+    monkeypatch.setattr(model, "_generate_iterative", fake_iterative)
+    kwargs = {"audio_chunk_threshold": options.get("chunk_threshold", 30.0),
+              "audio_chunk_duration": options.get("chunk_seconds", 15.0),
+              "speed": options.get("speed"), "duration": options.get("duration")}
+    try:
+        model.generate(text=EN, num_step=2, **kwargs)
+    except Exception:  # noqa: BLE001 - decoding all-zero tokens is not what this test looks at
+        pass
+    plan = _plan(model, EN, **options)
+    assert seen and [(c.text, c.target_len) for c in plan.chunks] == seen
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_checkpoint):
+    eng = EngineLoop.load(str(tiny_checkpoint), EngineSettings(device="cpu", dtype="float32"))
+    eng.start()
+    yield eng
+    eng.stop()
+
+
+def test_an_engine_run_with_fast_start_builds_later_chunks_on_chunk_0(engine, monkeypatch):
+    built: list[tuple[int, VoicePrompt | None, torch.Tensor]] = []
+    real_build = engine_loop.build_utterance
+
+    def recording_build(model, state, index, ref, device):
+        utt = real_build(model, state, index, ref, device)
+        built.append((index, ref, utt.item.prefix_ids.clone()))
+        return utt
+
+    monkeypatch.setattr(engine_loop, "build_utterance", recording_build)
+    collector = Collector()
+    opts = GenerationOptions(num_step=4, first_chunk_seconds=1.0, **GREEDY)
+    accepted = engine.submit(SynthesisRequest("fast", EN, options=opts), collector)
+    collector.wait(["fast"])
+    assert collector.outcome("fast") == "done" and accepted.chunks >= 2
+
+    audio = [e for e in collector.events["fast"] if isinstance(e, ChunkAudio)]
+    assert sorted(e.chunk for e in audio) == list(range(accepted.chunks))
+    assert all(e.audio.size > 0 and np.isfinite(e.audio).all() for e in audio)
+
+    chunk0 = torch.from_numpy(np.asarray(collector.tokens("fast")[0]))
+    by_index = {index: (ref, prefix) for index, ref, prefix in built}
+    assert sorted(by_index) == list(range(accepted.chunks))
+    assert by_index[0][0] is None  # chunk 0 has no reference
+    for index in range(1, accepted.chunks):
+        ref, prefix = by_index[index]
+        assert ref is not None and torch.equal(ref.tokens.cpu(), chunk0)
+        assert torch.equal(prefix[:, -chunk0.shape[1]:].cpu(), chunk0)  # the canvas ends with chunk 0's audio
+        assert EN.startswith(ref.text) and len(ref.text) < len(EN) / 3  # the short first chunk's transcript
+
+
+def test_fast_start_over_the_websocket_and_http(chorus_server):
+    import asyncio
+
+    import httpx
+
+    from tests.chorus_client import Session, check_request
+
+    async def main():
+        s = await Session.open(chorus_server.ws_url)
+        try:
+            await s.synthesize("f", EN, options={"num_step": 2, "first_chunk_seconds": 1.5})
+            await s.synthesize("d", EN, options={"num_step": 2})
+            return await s.collect()
+        finally:
+            await s.close()
+
+    outcomes = asyncio.run(main())
+    fast, default = outcomes["f"], outcomes["d"]
+    check_request(fast, num_step=2)
+    assert fast.of("accepted")[0]["chunks"] >= 2 and default.of("accepted")[0]["chunks"] == 1
+    assert fast.of("accepted")[0]["target_seconds"][0] < default.of("accepted")[0]["target_seconds"][0] / 3
+    res = httpx.post(chorus_server.url + "/v1/audio/speech", timeout=120,
+                     json={"input": EN, "num_step": 2, "first_chunk_seconds": 1.5, "response_format": "pcm"})
+    assert res.status_code == 200 and len(res.content) > 0
