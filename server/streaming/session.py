@@ -34,8 +34,9 @@ from server.streaming.segmenter import Segmenter
 
 log = logging.getLogger("chorus.stream")
 ENDPOINT = "stream"
-# The stream cuts its text itself: each segment is one engine chunk, whatever chunk_threshold says
-# (its largest value; a segment is at most a few hundred characters, far below it).
+# The stream cuts its text itself: each segment is one engine chunk, whatever chunk_threshold
+# (its largest value; a segment is at most a few hundred characters, far below it) or fast
+# start's first_chunk_seconds (off) say.
 NO_CHUNKING_S = float(BY_NAME["chunk_threshold"].high)
 _U64 = 1 << 64
 
@@ -72,7 +73,8 @@ class StreamSession:
         self.limits = limits
         self.outlet = outlet
         self.segmenter = Segmenter()
-        self.options = replace(p.generation_options(msg.options), chunk_threshold=NO_CHUNKING_S)
+        self.options = replace(p.generation_options(msg.options), chunk_threshold=NO_CHUNKING_S,
+                               first_chunk_seconds=None)
         self.chained = msg.voice is None and msg.reference is None
         self.voice: VoicePrompt | None = None
         self.voice_ready = False
