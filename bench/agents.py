@@ -33,9 +33,10 @@ from pathlib import Path
 import websockets
 
 from bench import ws_bench
-from bench.loadtest import _commit, spawn_server
 from bench.metrics import emit_report, percentile, stats
 from bench.mixes import WORDS, plain_mix
+from server.checkout import git_commit
+from server.launcher import ServerProcess
 
 SENTENCE_ENDS = ".!?"
 
@@ -253,14 +254,14 @@ def main(argv: list[str] | None = None) -> int:
             continue
         flags = [] if mode == "default" else ["--scheduling", mode]
         with tempfile.TemporaryDirectory() as tmp:
-            proc, url = spawn_server([*serve_args, *flags], Path(tmp) / "server.log", Path(tmp) / "voices")
+            server = ServerProcess(["--voices-dir", str(Path(tmp) / "voices"), "--log-level", "warning",
+                                    *serve_args, *flags], Path(tmp) / "server.log").start()
             try:
-                modes[mode] = ws_bench.run(one_mode(url.replace("http", "ws", 1) + "/v1/stream", args, options))
+                modes[mode] = ws_bench.run(one_mode(server.ws_url, args, options))
             finally:
-                proc.terminate()
-                proc.wait(60)
+                server.stop()
     date = datetime.now(timezone.utc)
-    commit = _commit()
+    commit = git_commit()
     result = {
         "summary": summary(modes, (time.perf_counter() - t0) / 60.0, gpu, commit),
         "meta": {"command": "python -m bench.agents " + " ".join(argv), "date_utc": date.strftime("%Y-%m-%dT%H:%M:%SZ"),
