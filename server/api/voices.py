@@ -14,6 +14,7 @@ from server.builtin_voices import BUILTIN_NAMES
 from server.config import ServerConfig
 from server.service import SHUTTING_DOWN, ServiceError, SynthesisService
 from server.voices import VoiceInfo
+from server.voices.store import name_problem
 
 MAX_NAME_CHARS = 100
 
@@ -45,8 +46,8 @@ async def create_voice(request: Request, service: SynthesisService, config: Serv
     text, name = _form_text(form, "text"), _form_text(form, "name")
     if text is not None and len(text) > config.max_text_chars:
         raise ApiError("text_too_long", f"text: over the limit of {config.max_text_chars} characters")
-    if name is not None and (not name.strip() or len(name) > MAX_NAME_CHARS):
-        raise ApiError("invalid_request", f"name: must be 1..{MAX_NAME_CHARS} characters")
+    if name is not None and (problem := name_problem(name, MAX_NAME_CHARS)):
+        raise ApiError("invalid_request", problem, field="name")
     data = await upload.read()
     limits = service.audio_limits
     try:

@@ -1,10 +1,16 @@
 """The embedded voice library: an SQLite index plus one token file per voice, under
 `--voices-dir`. Ids are checked before any path is made, so no id can name a path outside
 the folder.
+
+A voice is its row and its file together: `add` puts the file in place inside the row's
+transaction and undoes both if either fails, and opening the library sweeps what a crash
+between the two could leave (a file without a row, a half-written `.tmp`, a row without a
+file). Only indexed files count against `--max-voices-bytes`.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import sqlite3
@@ -14,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from server.voices.store import VOICE_ID, VoiceInfo, check_room, slug
+
+log = logging.getLogger("chorus.voices")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS voices (
@@ -46,6 +54,7 @@ class VoiceStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(_SCHEMA)
         self._db.execute(_BUILTIN_SCHEMA)
+        self._sweep()
 
     def close(self) -> None:
         with self._lock:
@@ -57,8 +66,24 @@ class VoiceStore:
             return None
         return self._tokens / f"{voice_id}.npz"
 
+    def _sweep(self) -> None:
+        """Remove what an interrupted `add` or `delete` left: files without a row (and
+        `.tmp` files), rows without a file."""
+        ids = {row[0] for row in self._db.execute("SELECT id FROM voices")}
+        files = set()
+        for entry in self._tokens.iterdir():
+            voice_id = entry.name.removesuffix(".npz")
+            if entry.suffix == ".npz" and voice_id in ids:
+                files.add(voice_id)
+            elif entry.is_file():
+                log.warning("removing a voice file without an index row", extra={"file": entry.name})
+                entry.unlink(missing_ok=True)
+        for voice_id in ids - files:
+            log.warning("removing a voice whose file is missing", extra={"voice": voice_id})
+            self._db.execute("DELETE FROM voices WHERE id = ?", (voice_id,))
+
     def add(self, name: str | None, text: str, seconds: float, blob: bytes) -> VoiceInfo:
-        """Store an encoded voice: the token file first (atomically), then its index row."""
+        """Store an encoded voice: its row and its file, both or neither."""
         base = slug(name or "voice")
         with self._lock:
             count = self._db.execute("SELECT count(*) FROM voices").fetchone()[0]
@@ -69,19 +94,32 @@ class VoiceStore:
                     break
             path = self._path(voice_id)
             assert path is not None
-            tmp = path.with_suffix(".tmp")
-            tmp.write_bytes(blob)
-            os.replace(tmp, path)
             info = VoiceInfo(voice_id, name or voice_id, text, round(float(seconds), 3), int(time.time()))
-            self._db.execute("INSERT INTO voices VALUES (?, ?, ?, ?, ?)",
-                             (info.id, info.name, info.text, info.seconds, info.created_at))
+            tmp = path.with_suffix(".tmp")
+            try:
+                tmp.write_bytes(blob)
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    self._db.execute("INSERT INTO voices VALUES (?, ?, ?, ?, ?)",
+                                     (info.id, info.name, info.text, info.seconds, info.created_at))
+                    os.replace(tmp, path)
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    if self._db.in_transaction:
+                        self._db.execute("ROLLBACK")
+                    path.unlink(missing_ok=True)
+                    raise
+            finally:
+                tmp.unlink(missing_ok=True)
         return info
 
     def _stored_bytes(self) -> int:
+        """Bytes of the indexed voices' files (a stray file never fills the library)."""
+        ids = {row[0] for row in self._db.execute("SELECT id FROM voices")}
         total = 0
         with os.scandir(self._tokens) as entries:
             for entry in entries:
-                if entry.is_file():
+                if entry.is_file() and entry.name.removesuffix(".npz") in ids:
                     total += entry.stat().st_size
         return total
 

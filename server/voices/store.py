@@ -11,6 +11,7 @@ the engine's `voice_codec` makes, so no voice module touches torch. Ids are made
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Protocol
 
 import msgspec
@@ -42,6 +43,22 @@ class VoiceInfo(msgspec.Struct, frozen=True):
     seconds: float
     created_at: int  # unix seconds
     builtin: bool = False  # OpenAI's names (alloy...): made by the server, not deletable
+
+
+# control (NUL, newlines...), format (bidi overrides, zero-width...), surrogates, line and
+# paragraph separators: a name is shown to people, in lists and logs, on one line
+_UNPRINTABLE = {"Cc", "Cf", "Cs", "Zl", "Zp"}
+
+
+def name_problem(name: str, max_chars: int) -> str | None:
+    """Why `name` cannot name a voice (a message starting with `name:`), or None."""
+    if not name.strip() or len(name) > max_chars:
+        return f"name: must be 1..{max_chars} characters"
+    for index, char in enumerate(name):
+        if unicodedata.category(char) in _UNPRINTABLE:
+            return (f"name: must not contain control or formatting characters (U+{ord(char):04X} "
+                    f"{unicodedata.name(char, '')} at {index})".replace(" )", ")"))
+    return None
 
 
 def slug(name: str) -> str:
