@@ -137,6 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--quantize", choices=["none", "fp8"], default="none",
                        help="fp8: the layers' projections in FP8 on a Hopper GPU (faster, not bit-exact; "
                             "fidelity in docs/performance.md); none: the --dtype weights as they are")
+    serve.add_argument("--scheduling", choices=["deadline", "fifo"], default="deadline",
+                       help="deadline: each step packs the chunks due soonest first (a new request's first "
+                            "chunk before chunks far ahead of playback; whole-file requests fill what is left; "
+                            "nothing starves); fifo: first come first served")
     serve.add_argument("--log-level", default=os.environ.get("CHORUS_LOG_LEVEL", "info"))
 
     make = sub.add_parser("make-checkpoint", help="write a random-weight OmniVoice checkpoint")
@@ -194,6 +198,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     cfg.engine.max_audio_seconds = args.max_audio_seconds
     cfg.engine.max_audio_seconds_inflight = args.max_audio_seconds_inflight
     cfg.engine.attention = args.attention
+    cfg.engine.scheduling = args.scheduling
     cfg.engine.quantize = None if args.quantize == "none" else args.quantize
     cfg.engine.engine_processes = {"auto": None, "yes": True, "no": False}[args.engine_processes]
     return cfg

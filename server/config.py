@@ -27,6 +27,9 @@ class EngineSettings:
     attention: str = "auto"  # auto | torch | flashinfer
     # each device's engine in its own process: None = when there are several devices
     engine_processes: bool | None = None
+    # deadline: least slack first (first chunks before chunks far ahead of playback, whole
+    # files fill what is left); fifo: first come first served
+    scheduling: str = "deadline"
     quantize: str | None = None  # None (the checkpoint's dtype) | "fp8" (Hopper: projections in FP8)
 
 

@@ -53,7 +53,7 @@ def test_an_utterance_missing_from_the_launched_step_does_not_advance():
     a, b = Utt(0, 0, 10), Utt(1, 0, 10)
     s.add(a)
     s.add(b)
-    batch = s.schedule()
+    s.schedule()
     s.advance(launched([a], failed=[SimpleNamespace(utt=b, error=RuntimeError("x"))]))
     assert (a.step, b.step) == (1, 0)
 

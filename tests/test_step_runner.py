@@ -9,6 +9,7 @@ import torch
 from server.config import EngineSettings
 from server.engine.loop import EngineLoop
 from server.engine.request import RequestState, build_utterance, packed_len_of, plan_request
+from server.engine.scheduler import ScheduledBatch
 from server.engine.types import GenerationOptions, SynthesisRequest
 from tests.engine_helpers import Collector
 
@@ -82,10 +83,11 @@ def test_run_isolates_a_failing_item_and_steps_the_rest_once(model):
         return real(canvas)
 
     runner.backbone = chokes_on_r3
-    step = runner.run(utts)
+    step = runner.run(ScheduledBatch(utts, admitted=5), index=7)
     assert [f.utt.state.request_id for f in step.failed] == ["r3"]
     assert sorted(u.state.request_id for u in step.stepped) == ["r0", "r1", "r2", "r4"]
     assert step.items == 5 and step.packed_tokens == sum(u.packed_len for u in utts)
+    assert (step.admitted, step.index) == (5, 7)
     for part in step.parts:
         assert part.step_numbers == [1] * len(part.utts) and part.finite.tolist() == [True] * len(part.utts)
     mask_id = model.config.audio_mask_id

@@ -1,11 +1,10 @@
 """The engine: one thread per device that owns all torch state and runs diffusion steps.
 
-Any thread may `submit`, `cancel` or `encode_voice`; those become commands
-(`commands.py`) on a queue that the engine thread drains between steps. Each step is
-schedule (`Scheduler.schedule`) -> run (`StepRunner.run`: pack, forward, unmask) -> update
-(`Scheduler.advance`); one step later the loop settles it: reads its finiteness flags,
-emits progress, hands finished chunks to the finisher. The loop keeps the thread, the
-queue and the request bookkeeping. Requests join and leave only at step boundaries.
+`submit` and `cancel` become commands (`commands.py`) that the engine thread takes between
+steps (voices are encoded on `VoiceEncoder`'s threads). Each step is schedule -> run
+(`StepRunner`: pack, forward, unmask) -> update (`Scheduler.advance`); one step later the loop
+settles it (finiteness flags, progress, finished chunks to the finisher). The loop keeps the
+thread, the queue and the request bookkeeping; requests join and leave at step boundaries.
 """
 
 from __future__ import annotations
@@ -16,9 +15,9 @@ import queue
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, replace
-from typing import Callable
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -27,24 +26,25 @@ from server.config import EngineSettings
 from server.engine.codec import Codec
 from server.engine.commands import Cancel, ChunkDecoded, FinishFailed, Submit, Wake, WholeReady
 from server.engine.finisher import Finisher
-from server.engine.request import (RequestState, Utterance, as_torch_voice, build_utterance, packed_len_of,
-                                   plan_request)
+from server.engine.request import RequestState, Utterance, as_torch_voice, build_utterance, packed_len_of, plan_request
 from server.engine.runner import LaunchedStep, StepRunner
 from server.engine.scheduler import Scheduler, StepLog, StepRecord
+from server.engine.types import (
+    SHUTTING_DOWN,
+    Accepted,
+    ChunkAudio,
+    ChunkTokens,
+    EngineEvent,
+    EngineStats,
+    EventSink,
+    Progress,
+    RequestRejected,
+    SynthesisRequest,
+    VoicePrompt,
+)
 from server.engine.voice_encoder import VoiceEncoder
-from server.engine.types import (Accepted, ChunkAudio, ChunkTokens, EngineEvent, EngineStats, EventSink,
-                                 Progress, RequestRejected, SHUTTING_DOWN, SynthesisRequest, VoicePrompt)
 
 log = logging.getLogger("chorus.engine")
-
-
-@dataclass
-class _InFlightStep:
-    """A launched step waiting to be settled, with its place in the step log."""
-
-    index: int
-    launched: LaunchedStep
-    admitted: int
 
 
 class EngineLoop:
@@ -57,12 +57,13 @@ class EngineLoop:
         self.is_random_checkpoint = random_checkpoint
         self.device = model.audio_heads.weight.device
         self.runner = StepRunner.for_model(model, settings.attention, settings.max_packed_tokens, settings.quantize)
-        self.scheduler = Scheduler(settings.max_batch_size, settings.max_packed_tokens)
+        self.frame_rate: int = model.audio_tokenizer.config.frame_rate
+        self.scheduler = Scheduler(settings.max_batch_size, settings.max_packed_tokens, settings.scheduling,
+                                   self.frame_rate)
         self.codec = Codec(model)
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self.voice_encoder = VoiceEncoder(self.codec, self.device)
         self.finisher = Finisher(self.codec, self.device, self._commands.put)
-        self.frame_rate: int = model.audio_tokenizer.config.frame_rate
         self.sample_rate: int = model.sampling_rate
         self.step_log = StepLog()
         self._states: dict[str, RequestState] = {}
@@ -72,7 +73,7 @@ class EngineLoop:
         self._steps = 0
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
-        self._inflight: deque[_InFlightStep] = deque()
+        self._inflight: deque[LaunchedStep] = deque()  # launched, not yet settled
         self._accepting = True
         self._closed = False  # the thread has exited: queued commands would never run
         self.ready = False
@@ -87,7 +88,7 @@ class EngineLoop:
         self.runner.backbone = backbone
 
     @classmethod
-    def load(cls, model_path: str, settings: EngineSettings, name: str = "engine0") -> "EngineLoop":
+    def load(cls, model_path: str, settings: EngineSettings, name: str = "engine0") -> EngineLoop:
         """Load a checkpoint through the reference's `from_pretrained` and wrap it."""
         from server.checkpoint import is_random_checkpoint, load_omnivoice
 
@@ -112,8 +113,7 @@ class EngineLoop:
             self._thread.join(timeout)
 
     def drain(self, timeout: float) -> bool:
-        """Take no new work; wait up to `timeout` s for what is in flight to finish (True when
-        all did); then, or after the deadline, `stop()` cancels whatever is left."""
+        """Take no new work; wait up to `timeout` s for in-flight work to end (True if it did)."""
         self._accepting = False
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -144,11 +144,7 @@ class EngineLoop:
             self._seq += 1
         state = RequestState(request=request, plan=plan, sink=sink, seq=seq, seed=seed & ((1 << 64) - 1))
         for index in range(state.num_chunks):
-            need = packed_len_of(self.model, state, index)
-            if not self.scheduler.fits_alone(need):
-                raise RequestRejected(
-                    f"text: chunk {index} needs {need} packed tokens, over this server's budget of "
-                    f"{self.scheduler.max_packed_tokens} (shorten the text or lower duration)", field="text")
+            self.scheduler.refuse_if_too_big(index, packed_len_of(self.model, state, index))
         with self._lock:
             self._refuse_if_closed_or_live(request.request_id)
             if admit is not None:
@@ -179,15 +175,10 @@ class EngineLoop:
 
     def stats(self) -> EngineStats:
         last = self.step_log[-1] if self.step_log else None
-        return EngineStats(
-            name=self.name,
-            waiting_items=len(self.scheduler.waiting),
-            running_items=len(self.scheduler.running),
-            requests_inflight=len(self._live_ids),
-            steps_total=self._steps,
-            packed_tokens_last_step=last.packed_tokens if last else 0,
-            step_seconds_last=last.seconds if last else 0.0,
-        )
+        return EngineStats(name=self.name, waiting_items=len(self.scheduler.waiting),
+                           running_items=len(self.scheduler.running), requests_inflight=len(self._live_ids),
+                           steps_total=self._steps, packed_tokens_last_step=last.packed_tokens if last else 0,
+                           step_seconds_last=last.seconds if last else 0.0)
 
     # ---- engine thread ----------------------------------------------------------------
 
@@ -236,21 +227,25 @@ class EngineLoop:
 
     def _admit(self, state: RequestState) -> None:
         self._states[state.request_id] = state
-        first = 1 if state.plan.chained else state.num_chunks
+        self._build(state, range(1 if state.plan.chained else state.num_chunks), state.request.voice)
+
+    def _build(self, state: RequestState, chunks: range, ref: VoicePrompt | None) -> bool:
+        """Build these chunks' canvases and queue them; a failure ends this request alone."""
         try:
-            for index in range(first):
-                self.scheduler.add(build_utterance(self.model, state, index, state.request.voice, self.device))
-        except Exception as exc:  # noqa: BLE001 - isolate to this request
-            log.exception("request %s: building its canvas failed", state.request_id)
+            for index in chunks:
+                self.scheduler.add(build_utterance(self.model, state, index, ref, self.device))
+            return True
+        except Exception as exc:  # isolated to this request
+            log.exception("request %s: building a canvas failed", state.request_id)
             self._finish(state, "error", f"building the canvas failed: {exc}")
+            return False
 
     def _step(self) -> None:
         """Schedule, run and advance one step, then settle the previous one.
 
         Host bookkeeping (schedule index, who finishes) advances at launch; what needs the
-        device's results (finiteness, progress events, decoding) waits until that step is
-        done. Settling one step behind keeps a step queued on the GPU while Python
-        prepares the next, and no call inside a step waits for the device.
+        device's results (finiteness, progress, decoding) waits a step, so a step stays
+        queued on the GPU while Python prepares the next; nothing in a step waits for it.
         """
         batch = self.scheduler.schedule()
         if not batch.utts:
@@ -260,22 +255,20 @@ class EngineLoop:
         for utt in batch.utts:
             if utt.state.started_at is None:
                 utt.state.started_at = now
-        launched = self.runner.run(batch.utts)
+        self._steps += 1
+        launched = self.runner.run(batch, self._steps)
         self.scheduler.advance(launched)
         for failure in launched.failed:
             self._finish(failure.utt.state, "error", f"the engine failed on this request: {failure.error}")
-        self._steps += 1
-        self._inflight.append(_InFlightStep(self._steps, launched, batch.admitted))
-        while len(self._inflight) > 1:
+        self._inflight.append(launched)
+        self._settle_all(keep=1)
+
+    def _settle_all(self, keep: int = 0) -> None:  # oldest first, until `keep` are left in flight
+        while len(self._inflight) > keep:
             self._settle(self._inflight.popleft())
 
-    def _settle_all(self) -> None:
-        while self._inflight:
-            self._settle(self._inflight.popleft())
-
-    def _settle(self, step: _InFlightStep) -> None:
+    def _settle(self, launched: LaunchedStep) -> None:
         """The step's results are needed now: read its flags, report, finish chunks."""
-        launched = step.launched
         for part in launched.parts:
             if part.ready is not None:
                 part.ready.synchronize()  # this step only; the next one stays queued
@@ -292,23 +285,20 @@ class EngineLoop:
                                            round(state.steps_done / state.total_steps, 4)))
                 if number == utt.num_step:
                     self._complete_chunk(utt)
-        self.step_log.append(StepRecord(step.index, launched.items, launched.packed_tokens,
-                                        launched.timer.seconds(), step.admitted))
+        seconds = launched.timer.seconds()
+        self.scheduler.observe_step(seconds)
+        self.step_log.append(StepRecord(launched.index, launched.items, launched.packed_tokens, seconds,
+                                        launched.admitted))
 
     def _complete_chunk(self, utt: Utterance) -> None:
         """A chunk's last step has run: queue later chunks on it, hand it to the finisher."""
         state = utt.state
         index = utt.chunk_index
         tokens = utt.item.tokens
-        try:
-            if state.plan.chained and index == 0:
-                chunk0 = VoicePrompt(tokens=tokens, text=state.plan.chunks[0].text, rms=0.0)
-                for later in range(1, state.num_chunks):
-                    self.scheduler.add(build_utterance(self.model, state, later, chunk0, self.device))
-        except Exception as exc:  # noqa: BLE001 - isolate to this request
-            log.exception("request %s: building later chunks failed", state.request_id)
-            self._finish(state, "error", f"building the canvas failed: {exc}")
-            return
+        if state.plan.chained and index == 0:
+            chunk0 = VoicePrompt(tokens=tokens, text=state.plan.chunks[0].text, rms=0.0)
+            if not self._build(state, range(1, state.num_chunks), chunk0):
+                return
         ready = None
         if self.device.type == "cuda":
             ready = torch.cuda.Event()
@@ -353,5 +343,5 @@ class EngineLoop:
     def _emit(self, state: RequestState, event: EngineEvent) -> None:
         try:
             state.sink(event)  # type: ignore[operator]
-        except Exception:  # noqa: BLE001 - a consumer's bug must not stop the engine
+        except Exception:  # a consumer's bug must not stop the engine
             log.exception("request %s: event sink failed", state.request_id)

@@ -16,12 +16,16 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
 from server.engine.canvas import build_packed_canvas
 from server.engine.request import Utterance
 from server.engine.sampler import Sampler
+
+if TYPE_CHECKING:
+    from server.engine.scheduler import ScheduledBatch
 
 log = logging.getLogger("chorus.engine")
 
@@ -80,6 +84,8 @@ class LaunchedStep:
     timer: StepTimer | None = None
     items: int = 0  # utterances scheduled
     packed_tokens: int = 0  # their packed tokens
+    admitted: int = 0  # of which joined at this step boundary
+    index: int = 0  # the engine's step number
 
     @property
     def stepped(self) -> list[Utterance]:
@@ -101,7 +107,7 @@ class StepRunner:
         self._clean_steps = 0
 
     @classmethod
-    def for_model(cls, model, attention: str, max_packed_tokens: int, quantize: str | None = None) -> "StepRunner":
+    def for_model(cls, model, attention: str, max_packed_tokens: int, quantize: str | None = None) -> StepRunner:
         """The backbone (`make_backbone`: `attention`, `quantize`) and the sampler, on the model's device."""
         from server.engine.fused_backbone import make_backbone
 
@@ -114,10 +120,12 @@ class StepRunner:
         sampler = Sampler(model.config.audio_mask_id, model.config.num_audio_codebook, device)
         return cls(backbone, sampler, device, max_packed_tokens)
 
-    def run(self, utts: list[Utterance]) -> LaunchedStep:
-        """Queue one step of every utterance in `utts` (each advances exactly one step)."""
+    def run(self, batch: ScheduledBatch, index: int = 0) -> LaunchedStep:
+        """Queue step `index` of every utterance in the batch (each advances exactly one step)."""
+        utts = batch.utts
         timer = StepTimer(self.device)
-        step = LaunchedStep(parts=[], timer=timer, items=len(utts), packed_tokens=sum(u.packed_len for u in utts))
+        step = LaunchedStep(parts=[], timer=timer, items=len(utts), packed_tokens=sum(u.packed_len for u in utts),
+                            admitted=batch.admitted, index=index)
         for group in self._split_for_memory(utts):
             step.parts += self._launch(group, step.failed)
         timer.stop()
@@ -153,7 +161,7 @@ class StepRunner:
             canvas = build_packed_canvas([u.item for u in utts], self.device)
             logits = self.backbone(canvas)
             finite = self.sampler.step(logits, canvas, utts)
-        except Exception as exc:  # noqa: BLE001 - isolate to the item(s) at fault
+        except Exception as exc:  # isolated to the item(s) at fault
             if is_oom(exc):
                 self._lower_cap(sum(u.packed_len for u in utts))
             if len(utts) == 1:

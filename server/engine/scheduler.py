@@ -1,10 +1,21 @@
 """Admission and progress: which utterances run in the next step, and what a step changed.
 
 There is no prefill or decode phase, only work left against a budget: every running
-utterance costs its packed length in every step until its last. New utterances join at
-step boundaries, strictly first come first served (a waiting head that does not fit yet
-blocks those behind it, so nothing starves), within `max_batch_size` items and
-`max_packed_tokens` tokens.
+utterance costs its packed length in every step until its last. Utterances join at step
+boundaries, within `max_batch_size` items and `max_packed_tokens` tokens, by one of two
+policies:
+
+- `fifo`: strictly first come first served; a waiting head that does not fit yet blocks
+  those behind it, so nothing starves. Running utterances always run.
+- `deadline` (`deadlines.py`): least slack first. Urgent chunks (slack within the horizon)
+  go in slack order and block those behind them, as FIFO's head does; chunks far ahead of
+  playback, then whole-file requests, fill what is left and never block. When an urgent
+  chunk does not fit, running chunks far ahead of playback are paused to make room
+  (whole-file ones first, most slack first); they resume when room frees or their slack
+  runs out. Pausing is safe and costs nothing: an utterance's canvas stays on the device
+  and its tokens depend only on its own schedule index and generator, never on which
+  steps it shares or skips. Urgent chunks are never paused, and a chunk's slack only
+  shrinks while it waits, so every chunk ages into the urgent class: nothing starves.
 
 The scheduler owns the state changes of a step: `schedule()` says what runs, and
 `advance(step)` (what the runner launched) moves every stepped utterance one step on and
@@ -14,11 +25,14 @@ retires those that took their last. It never touches a model, so it is tested wi
 from __future__ import annotations
 
 import bisect
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
+from server.engine import deadlines
 from server.engine.request import Utterance
+from server.engine.types import RequestRejected
 
 if TYPE_CHECKING:
     from server.engine.runner import LaunchedStep
@@ -48,18 +62,41 @@ class _Waiting:
     utt: Utterance = field(compare=False)
 
 
+POLICIES = ("deadline", "fifo")
+
+
 class Scheduler:
-    def __init__(self, max_batch_size: int, max_packed_tokens: int):
+    def __init__(self, max_batch_size: int, max_packed_tokens: int, policy: str = "fifo", frame_rate: int = 25,
+                 horizon_s: float = deadlines.HORIZON_S):
+        if policy not in POLICIES:
+            raise ValueError(f"scheduling must be one of {', '.join(POLICIES)}, not {policy!r}")
         self.max_batch_size = max_batch_size
         self.max_packed_tokens = max_packed_tokens
+        self.policy = policy
+        self.frame_rate = frame_rate
+        self.horizon_s = horizon_s
+        self.step_seconds = deadlines.DEFAULT_STEP_S  # a running average of measured steps
+        self.paused_total = 0  # running chunks paused for urgent ones, ever
         self.waiting: list[_Waiting] = []  # sorted by (request arrival, chunk index)
         self.running: list[Utterance] = []
 
     def fits_alone(self, packed_len: int) -> bool:
         return packed_len <= self.max_packed_tokens
 
+    def refuse_if_too_big(self, chunk: int, packed_len: int) -> None:
+        """A chunk over the whole budget could never run: refused at submission (`text`)."""
+        if not self.fits_alone(packed_len):
+            raise RequestRejected(
+                f"text: chunk {chunk} needs {packed_len} packed tokens, over this server's budget of "
+                f"{self.max_packed_tokens} (shorten the text or lower duration)", field="text")
+
     def add(self, utt: Utterance) -> None:
         bisect.insort(self.waiting, _Waiting((utt.state.seq, utt.chunk_index), utt))
+
+    def observe_step(self, seconds: float) -> None:
+        """A step's measured time: the seconds-per-step that slack is reckoned in."""
+        if seconds > 0:
+            self.step_seconds += 0.2 * (seconds - self.step_seconds)
 
     @property
     def running_tokens(self) -> int:
@@ -69,8 +106,16 @@ class Scheduler:
     def waiting_utts(self) -> list[Utterance]:
         return [w.utt for w in self.waiting]
 
-    def schedule(self) -> ScheduledBatch:
-        """Admit from the head of the queue; return the step's utterances and how many joined."""
+    def schedule(self, now: float | None = None) -> ScheduledBatch:
+        """Admit by the policy; return the step's utterances and how many joined.
+
+        `now` (perf_counter seconds) is the deadline policy's clock; tests pass their own.
+        """
+        if self.policy == "fifo":
+            return self._schedule_fifo()
+        return self._schedule_deadline(time.perf_counter() if now is None else now)
+
+    def _schedule_fifo(self) -> ScheduledBatch:
         budget = self.max_packed_tokens - self.running_tokens
         admitted = 0
         while self.waiting and len(self.running) < self.max_batch_size:
@@ -83,7 +128,52 @@ class Scheduler:
             admitted += 1
         return ScheduledBatch(list(self.running), admitted)
 
-    def advance(self, step: "LaunchedStep") -> list[Utterance]:
+    def _schedule_deadline(self, now: float) -> ScheduledBatch:
+        everyone = self.running + self.waiting_utts
+        slack = {id(u): deadlines.slack(u, now, self.step_seconds, self.frame_rate) for u in everyone}
+        tier = {id(u): deadlines.tier(u, slack[id(u)], self.horizon_s) for u in everyone}
+        order = sorted(self.waiting, key=lambda w: (tier[id(w.utt)], slack[id(w.utt)], w.key))
+        budget = self.max_packed_tokens - self.running_tokens
+        joined: list[_Waiting] = []
+        paused: list[Utterance] = []
+        for entry in order:
+            utt = entry.utt
+            if utt.packed_len > budget or len(self.running) >= self.max_batch_size:
+                if tier[id(utt)] != deadlines.URGENT:
+                    continue  # far ahead or whole-file: waits without holding anyone up
+                victims = self._room_for(utt, budget, tier, slack)
+                if victims is None:
+                    break  # an urgent chunk that cannot get in yet: nothing overtakes it
+                for victim in victims:
+                    self.running.remove(victim)
+                    budget += victim.packed_len
+                paused += victims
+            self.running.append(utt)
+            budget -= utt.packed_len
+            joined.append(entry)
+        gone = {id(e) for e in joined}
+        self.waiting = [w for w in self.waiting if id(w) not in gone]
+        for utt in paused:
+            self.add(utt)
+        self.paused_total += len(paused)
+        return ScheduledBatch(list(self.running), len(joined))
+
+    def _room_for(self, utt: Utterance, budget: int, tier: dict, slack: dict) -> list[Utterance] | None:
+        """The running chunks to pause so `utt` fits (whole-file first, most slack first), or
+        None when pausing every non-urgent one would still not make room."""
+        candidates = sorted((u for u in self.running if tier[id(u)] != deadlines.URGENT),
+                            key=lambda u: (-tier[id(u)], -slack[id(u)]))
+        victims: list[Utterance] = []
+        slots = self.max_batch_size - len(self.running)
+        for victim in candidates:
+            if utt.packed_len <= budget and slots >= 1:
+                break
+            victims.append(victim)
+            budget += victim.packed_len
+            slots += 1
+        return victims if utt.packed_len <= budget and slots >= 1 else None
+
+    def advance(self, step: LaunchedStep) -> list[Utterance]:
         """Each utterance the step launched moved one step on; retire and return those done."""
         done = []
         for utt in step.stepped:

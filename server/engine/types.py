@@ -57,6 +57,11 @@ class SynthesisRequest:
     # `time.perf_counter()` when the server received the frame or body that asked for it:
     # the engine's timings (queue, first audio, total) count from there. None: from submit.
     received_at: float | None = None
+    # `time.perf_counter()` when the listener will need this request's first audio (e.g. when
+    # playback of a stream's earlier segments will reach this one). The deadline scheduler
+    # takes it as chunk 0's deadline and as the earliest playback start of its later chunks;
+    # None: needed as soon as possible (at arrival).
+    due_at: float | None = None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,217 @@
+"""Deadline scheduling with no model: utterance stand-ins and a hand-driven clock.
+
+(a) a new request's first chunk jumps ahead of chunks far ahead of playback when the budget
+is tight (waiting ones yield, running ones are paused); (b) aging: a chunk that keeps being
+passed over becomes urgent and gets in, nothing starves; (c) FIFO mode keeps its order;
+(d) whole-file requests fill what is left.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from server.engine import deadlines
+from server.engine.runner import LaunchedPart, LaunchedStep
+from server.engine.scheduler import Scheduler
+
+FRAME_RATE = 25
+STEP_S = 0.05
+
+
+class Request:
+    """A request stand-in: `chunks` planned lengths in seconds of audio."""
+
+    seq = 0
+
+    def __init__(self, arrival: float, chunks=(2.0,), num_step: int = 8, stream: str = "chunk",
+                 due_at: float | None = None):
+        Request.seq += 1
+        self.state = SimpleNamespace(
+            seq=Request.seq, request_id=f"r{Request.seq}", submitted_at=arrival, first_audio_at=None,
+            request=SimpleNamespace(stream=stream, due_at=due_at, options=SimpleNamespace(num_step=num_step)),
+            plan=SimpleNamespace(chunks=[SimpleNamespace(target_len=int(s * FRAME_RATE)) for s in chunks]),
+        )
+        self.num_step = num_step
+
+    def chunk(self, index: int, packed_len: int = 100) -> Utt:
+        return Utt(self, index, packed_len)
+
+
+class Utt:
+    def __init__(self, request: Request, index: int, packed_len: int):
+        self.state = request.state
+        self.chunk_index = index
+        self.packed_len = packed_len
+        self.num_step = request.num_step
+        self.step = 0
+
+    @property
+    def finished(self) -> bool:
+        return self.step >= self.num_step
+
+    def __repr__(self) -> str:
+        return f"{self.state.request_id}#{self.chunk_index}"
+
+
+def scheduler(tokens: int = 300, batch: int = 16, policy: str = "deadline") -> Scheduler:
+    s = Scheduler(max_batch_size=batch, max_packed_tokens=tokens, policy=policy, frame_rate=FRAME_RATE)
+    s.step_seconds = STEP_S
+    return s
+
+
+def run_step(s: Scheduler, now: float):
+    """schedule -> (the runner) -> advance, as the engine loop does; returns the batch."""
+    batch = s.schedule(now=now)
+    part = LaunchedPart(list(batch.utts), torch.ones(len(batch.utts), dtype=torch.bool),
+                        [u.step + 1 for u in batch.utts])
+    s.advance(LaunchedStep(parts=[part], items=len(batch.utts)))
+    return batch
+
+
+def test_deadlines_follow_playback():
+    long_ = Request(arrival=10.0, chunks=(4.0, 6.0, 5.0), num_step=8)
+    c0, c1, c2 = (long_.chunk(i) for i in range(3))
+    assert deadlines.due_at(c0, STEP_S, FRAME_RATE) == 10.0  # the first chunk: due on arrival
+    # before first audio: start estimated as chunk 0's due + its steps
+    assert deadlines.due_at(c2, STEP_S, FRAME_RATE) == pytest.approx(10.0 + 8 * STEP_S + 10.0)
+    long_.state.first_audio_at = 11.0  # then: first audio + the audio before the chunk
+    assert deadlines.due_at(c1, STEP_S, FRAME_RATE) == pytest.approx(15.0)
+    assert deadlines.due_at(c2, STEP_S, FRAME_RATE) == pytest.approx(21.0)
+    segment = Request(arrival=10.0, chunks=(3.0, 3.0), due_at=14.0)  # a stream's later segment
+    assert deadlines.due_at(segment.chunk(0), STEP_S, FRAME_RATE) == 14.0
+    segment.state.first_audio_at = 12.0  # sent early; playback still starts at the hint
+    assert deadlines.due_at(segment.chunk(1), STEP_S, FRAME_RATE) == pytest.approx(17.0)
+    whole = Request(arrival=10.0, chunks=(4.0, 6.0), stream="whole")
+    assert deadlines.due_at(whole.chunk(0), STEP_S, FRAME_RATE) == pytest.approx(20.0)
+
+
+def test_a_new_first_chunk_jumps_ahead_of_far_future_chunks():
+    s = scheduler(tokens=300)
+    long_ = Request(arrival=0.0, chunks=(2.0, 15.0, 15.0, 15.0, 15.0), num_step=8)
+    chunks = [long_.chunk(i) for i in range(5)]
+    for c in chunks:
+        s.add(c)
+    batch = run_step(s, now=0.0)
+    assert batch.utts == chunks[:3]  # the budget is free: chunks far ahead fill it
+    late = Request(arrival=0.1, num_step=8).chunk(0)
+    s.add(late)
+    batch = run_step(s, now=0.1)
+    # the newcomer is due now: the chunk furthest ahead of playback is paused for it
+    assert late in batch.utts and chunks[0] in batch.utts and chunks[2] not in batch.utts
+    assert s.paused_total == 1 and chunks[2].step == 1  # paused with its progress kept
+    assert [u.step for u in chunks[3:]] == [0, 0]  # and the waiting far chunks yielded
+
+
+def test_waiting_far_chunks_yield_to_an_urgent_one_that_arrived_later():
+    s = scheduler(tokens=200)
+    s.add(Request(arrival=0.0, num_step=8).chunk(0))  # urgent, runs
+    far = Request(arrival=0.0, chunks=(1.0, 20.0), due_at=30.0)  # a segment heard in 30 s
+    s.add(far.chunk(0))
+    now_due = Request(arrival=0.2).chunk(0)
+    s.add(now_due)
+    batch = s.schedule(now=0.2)
+    assert now_due in batch.utts and far.state.request_id not in {u.state.request_id for u in batch.utts}
+
+
+def test_urgent_chunks_are_never_paused_and_an_urgent_head_blocks():
+    s = scheduler(tokens=200)
+    a, b = Request(arrival=0.0).chunk(0), Request(arrival=0.0).chunk(0)
+    s.add(a)
+    s.add(b)
+    assert run_step(s, now=0.0).utts == [a, b]
+    c = Request(arrival=0.1).chunk(0, packed_len=150)
+    small_far = Request(arrival=0.1, chunks=(1.0,), due_at=50.0).chunk(0, packed_len=10)
+    s.add(c)
+    s.add(small_far)
+    batch = run_step(s, now=0.1)
+    assert batch.utts == [a, b] and s.paused_total == 0  # urgent a, b keep running
+    assert c.step == 0 and small_far.step == 0  # c waits; nothing less urgent overtakes it
+
+
+def test_aging_nothing_starves():
+    """A far-future chunk keeps being passed over while new first chunks arrive, until its
+    slack runs out; then it gets in ahead of newer arrivals."""
+    s = scheduler(tokens=200, batch=2)
+    for _ in range(2):
+        s.add(Request(arrival=0.0, num_step=4).chunk(0))
+    run_step(s, now=0.0)  # the engine is full of urgent work
+    far = Request(arrival=0.0, chunks=(1.0,), due_at=3.0, num_step=4).chunk(0)
+    s.add(far)
+    now, joined_at = STEP_S, None
+    for _ in range(400):
+        s.add(Request(arrival=now, num_step=4).chunk(0))  # a new urgent first chunk every step
+        batch = run_step(s, now=now)
+        if far in batch.utts:
+            joined_at = now
+            break
+        now += STEP_S
+    assert joined_at is not None, "starved"
+    # it was held back while it could wait, and got in once its slack reached the horizon
+    assert joined_at >= 3.0 - 4 * STEP_S - s.horizon_s - 1e-9
+    while not far.finished:
+        s.add(Request(arrival=now, num_step=4).chunk(0))
+        assert far in run_step(s, now=now).utts  # urgent now: never paused again
+        now += STEP_S
+
+
+def test_fifo_mode_keeps_arrival_order():
+    s = scheduler(tokens=300, policy="fifo")
+    long_ = Request(arrival=0.0, chunks=(2.0, 15.0, 15.0, 15.0), num_step=8)
+    chunks = [long_.chunk(i) for i in range(4)]
+    for c in chunks:
+        s.add(c)
+    assert run_step(s, now=0.0).utts == chunks[:3]
+    late = Request(arrival=0.1).chunk(0, packed_len=250)
+    s.add(late)
+    batch = run_step(s, now=0.1)
+    assert batch.utts == chunks[:3] and s.paused_total == 0  # nothing paused for the newcomer
+    for _ in range(7):
+        batch = run_step(s, now=0.2)
+    assert batch.utts == [chunks[3]] and late.step == 0  # the older chunk first, as they arrived
+    deadline = scheduler(tokens=300)  # where the deadline policy puts the newcomer first
+    for c in (long_.chunk(3), Request(arrival=0.1).chunk(0, packed_len=250)):
+        deadline.add(c)
+    assert deadline.schedule(now=0.2).utts[0].state.request_id != long_.state.request_id
+
+
+def test_whole_file_requests_fill_what_is_left():
+    s = scheduler(tokens=300)
+    whole = Request(arrival=0.0, chunks=(10.0,), stream="whole").chunk(0, packed_len=150)
+    s.add(whole)
+    streams = [Request(arrival=0.05).chunk(0) for _ in range(2)]
+    for u in streams:
+        s.add(u)
+    batch = s.schedule(now=0.05)
+    assert batch.utts[:2] == streams and whole not in batch.utts  # arrived first, yet waits
+    alone = scheduler(tokens=300)
+    alone.add(whole)
+    assert alone.schedule(now=0.05).utts == [whole]  # with nothing else to do it runs at once
+    # and it is paused (first) when an urgent chunk needs its room
+    newcomer = Request(arrival=0.1).chunk(0, packed_len=200)
+    alone.add(newcomer)
+    assert alone.schedule(now=0.1).utts == [newcomer] and alone.paused_total == 1
+
+
+def test_whole_file_requests_age_in():
+    s = scheduler(tokens=200, batch=2)
+    for _ in range(2):
+        s.add(Request(arrival=0.0, num_step=4).chunk(0))
+    run_step(s, now=0.0)
+    whole = Request(arrival=0.0, chunks=(2.0,), stream="whole", num_step=4).chunk(0)
+    s.add(whole)
+    now = STEP_S
+    for _ in range(400):
+        s.add(Request(arrival=now, num_step=4).chunk(0))
+        if whole in run_step(s, now=now).utts:
+            break
+        now += STEP_S
+    # held back while streams kept arriving, in once its slack ran out (due 2 s after arrival)
+    assert whole.step == 1 and 2.0 - 4 * STEP_S - s.horizon_s - 1e-9 <= now
+
+
+def test_unknown_policy_is_refused():
+    with pytest.raises(ValueError, match="deadline, fifo"):
+        Scheduler(4, 100, policy="random")
