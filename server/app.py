@@ -48,8 +48,10 @@ async def load_engines(cfg: ServerConfig) -> Engine:
     return pool
 
 
-def create_app(cfg: ServerConfig, engine: Engine | None = None) -> Litestar:
-    """The app; `engine` (already started) replaces loading the model named by `cfg`."""
+def create_app(cfg: ServerConfig, engine: Engine | None = None, owns_engine: bool = False) -> Litestar:
+    """The app; `engine` (already started) replaces loading the model named by `cfg`, and is
+    stopped with the app when `owns_engine` (`chorus serve` loads it first, to report a model
+    that fails to load in one line)."""
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -66,7 +68,7 @@ def create_app(cfg: ServerConfig, engine: Engine | None = None) -> Litestar:
             yield
         finally:
             app.state.ready = False
-            if engine is None:  # ends what is left with `cancelled`
+            if engine is None or owns_engine:  # ends what is left with `cancelled`
                 await asyncio.to_thread(running.stop)
             store.close()
 

@@ -1,13 +1,30 @@
-"""`chorus serve | make-checkpoint | bench | loadtest`."""
+"""`chorus serve | make-checkpoint | bench | loadtest`.
+
+Every flag says what it does and its default (`--help`); a mistake (a bad value, a port in
+use, a missing model folder, no GPU...) is one or two lines on stderr and a non-zero exit,
+never a traceback unless `--log-level debug` asks for one.
+"""
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
+import warnings
 from pathlib import Path
 
 from server.config import ServerConfig, StreamLimits, parse_hosts, parse_origins
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError("must be 0..65535")
+    return value
 
 
 def _positive_int(text: str) -> int:
@@ -49,36 +66,73 @@ def _size(text: str) -> int:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="chorus", description="Chorus: streaming OmniVoice TTS server")
-    sub = parser.add_subparsers(dest="command", required=True)
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
-    serve = sub.add_parser("serve", help="run the HTTP/WebSocket server")
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("chorus-tts")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Every flag's help ends with its default, unless the text already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text or action.default in (None, False, argparse.SUPPRESS) or not action.option_strings:
+            return text
+        return f"{text} (default: %(default)s)" if text else "(default: %(default)s)"
+
+
+class _Parser(argparse.ArgumentParser):
+    """A mistake is two lines: what is wrong, and where the options are listed."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}\nSee `{self.prog} --help` for the options.\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="chorus", description="Chorus: streaming OmniVoice TTS server",
+                     formatter_class=_HelpFormatter)
+    parser.add_argument("--version", action="version", version=f"chorus {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    serve = sub.add_parser("serve", help="run the HTTP/WebSocket server", formatter_class=_HelpFormatter)
     serve.add_argument("--model", default=None, help="checkpoint folder or hub id (default: $CHORUS_MODEL, "
                        "else a tiny random demo checkpoint made once)")
-    serve.add_argument("--host", default=os.environ.get("CHORUS_HOST", "127.0.0.1"))
-    serve.add_argument("--port", type=int, default=int(os.environ.get("CHORUS_PORT", "8000")))
+    serve.add_argument("--host", default=os.environ.get("CHORUS_HOST", "127.0.0.1"),
+                       help="address to listen on; 0.0.0.0 for every interface ($CHORUS_HOST)")
+    serve.add_argument("--port", type=_port, default=os.environ.get("CHORUS_PORT", "8000"),
+                       help="port to listen on; 0 picks a free one ($CHORUS_PORT)")
     serve.add_argument("--device", default=os.environ.get("CHORUS_DEVICE", "cpu"),
-                       help="cpu, cuda (every visible GPU) or cuda:N")
+                       help="cpu, cuda (every visible GPU), cuda:N or cuda:0,1 ($CHORUS_DEVICE)")
     serve.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default=None,
                        help="default: float32 on cpu, bfloat16 on cuda")
     serve.add_argument("--api-key", default=None, help="require this key (default: $CHORUS_API_KEY)")
-    serve.add_argument("--voices-dir", default=None, help="voice library folder (default: ./voices)")
+    serve.add_argument("--voices-dir", default=None,
+                       help="voice library folder (default: $CHORUS_VOICES_DIR, else ./voices)")
     serve.add_argument("--voices-db", default=None,
                        help="postgresql://... voice library shared by several replicas (default: $CHORUS_VOICES_DB; "
                             "else the embedded SQLite library in --voices-dir)")
     serve.add_argument("--asr-model", default=None,
                        help="Whisper model used to transcribe uploaded voices sent without a transcript")
-    serve.add_argument("--max-batch-size", type=_positive_int, default=16)
-    serve.add_argument("--max-packed-tokens", type=_positive_int, default=24576)
-    serve.add_argument("--max-queue", type=_positive_int, default=256)
+    serve.add_argument("--max-batch-size", type=_positive_int, default=16,
+                       help="requests one engine steps together at most")
+    serve.add_argument("--max-packed-tokens", type=_positive_int, default=24576,
+                       help="tokens one packed forward holds at most (every row's canvas, both guidance halves)")
+    serve.add_argument("--max-queue", type=_positive_int, default=256,
+                       help="requests accepted and not finished, all clients together; more get busy")
     serve.add_argument("--max-audio-seconds", type=_positive_float, default=1800.0,
                        help="audio one request may produce, from its plan; more is refused up front "
                             "(default 1800)")
     serve.add_argument("--max-audio-seconds-inflight", type=_positive_float, default=14400.0,
                        help="audio all accepted requests together may produce (it is held in memory until "
                             "sent); a request over it gets busy (default 14400)")
-    serve.add_argument("--max-text-chars", type=_positive_int, default=5000)
+    serve.add_argument("--max-text-chars", type=_positive_int, default=5000, help="longest text one request may have")
     serve.add_argument("--max-inflight", type=_positive_int, default=16,
                        help="requests one WebSocket connection may have in flight")
     serve.add_argument("--max-frame-bytes", type=_size, default="16M",
@@ -87,7 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="largest reference audio file, uploaded or base64 (default 16M)")
     serve.add_argument("--max-reference-seconds", type=_positive_float, default=60.0,
                        help="longest reference audio clip (default 60)")
-    serve.add_argument("--max-voices", type=_positive_int, default=1000, help="voices the library may hold")
+    serve.add_argument("--max-voices", type=_positive_int, default=1000,
+                       help="voices the library may hold (default 1000)")
     serve.add_argument("--max-voices-bytes", type=_size, default="256M",
                        help="stored voice data the library may hold, all voices together (default 256M)")
     serve.add_argument("--idle-timeout", type=_non_negative_float, default=300.0,
@@ -130,7 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--page-embeds-key", action="store_true",
                        help="put the API key in the demo page so it works without typing it; anyone who can "
                             "load the page then has the key (private deployments only)")
-    serve.add_argument("--attention", choices=["auto", "torch", "flashinfer"], default="auto")
+    serve.add_argument("--attention", choices=["auto", "torch", "flashinfer"], default="auto",
+                       help="attention kernels: flashinfer on CUDA when installed (auto), else torch's")
     serve.add_argument("--engine-processes", choices=["auto", "yes", "no"], default="auto",
                        help="run each device's engine in its own process (auto: when serving several GPUs, "
                             "so their step loops do not share one interpreter lock)")
@@ -141,12 +197,16 @@ def build_parser() -> argparse.ArgumentParser:
                        help="deadline: each step packs the chunks due soonest first (a new request's first "
                             "chunk before chunks far ahead of playback; whole-file requests fill what is left; "
                             "nothing starves); fifo: first come first served")
-    serve.add_argument("--log-level", default=os.environ.get("CHORUS_LOG_LEVEL", "info"))
+    serve.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS,
+                       default=os.environ.get("CHORUS_LOG_LEVEL", "info").lower(),
+                       help="log detail; debug also shows the traceback of a failed start ($CHORUS_LOG_LEVEL)")
 
-    make = sub.add_parser("make-checkpoint", help="write a random-weight OmniVoice checkpoint")
-    make.add_argument("--size", choices=["tiny", "full"], required=True)
-    make.add_argument("--out", required=True)
-    make.add_argument("--seed", type=int, default=0)
+    make = sub.add_parser("make-checkpoint", help="write a random-weight OmniVoice checkpoint",
+                          formatter_class=_HelpFormatter)
+    make.add_argument("--size", choices=["tiny", "full"], required=True,
+                      help="tiny: runs a request in well under a second on a CPU; full: the real architecture")
+    make.add_argument("--out", required=True, help="folder to write the checkpoint to")
+    make.add_argument("--seed", type=int, default=0, help="seed of the random weights")
 
     # Options are bench's own (`chorus bench --help`); they pass through untouched.
     sub.add_parser("bench", add_help=False,
@@ -228,8 +288,14 @@ def _bench(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # pydub (imported by omnivoice) warns when ffmpeg is missing; Chorus never asks it to
+    # decode or encode a file (soundfile and PyAV do), so the warning only misleads.
+    warnings.filterwarnings("ignore", message="Couldn't find ffmpeg or avconv", category=RuntimeWarning)
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
     if args.command == "bench":
         return _bench(rest)
     if args.command == "loadtest":
@@ -247,7 +313,23 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "serve":
         _configure_logging(args.log_level)
-        from server.run import serve
-
-        return serve(config_from_args(args))
+        return _serve(args)
     return 2
+
+
+def _serve(args: argparse.Namespace) -> int:
+    """`chorus serve`; a failed start is one line (and its traceback with --log-level debug)."""
+    from server.boot_checks import StartupError
+    from server.run import serve
+
+    try:
+        return serve(config_from_args(args))
+    except StartupError as exc:
+        logging.getLogger("chorus").debug("the start failed", exc_info=True)
+        print(f"chorus serve: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # noqa: BLE001 - anything else that stops a start: still one line
+        logging.getLogger("chorus").debug("the start failed", exc_info=True)
+        print(f"chorus serve: could not start: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}\n"
+              "Run with --log-level debug for the details.", file=sys.stderr)
+        return 1

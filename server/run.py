@@ -19,6 +19,7 @@ import socket
 
 import uvicorn
 
+from server.boot_checks import StartupError, bind_error, check_device, check_model, check_voices_dir
 from server.config import ServerConfig
 from server.net.accept_log import AcceptErrorLog
 from server.net.http import guarded_http_protocol
@@ -58,7 +59,11 @@ def bind_socket(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
     sock.listen(2048)
     sock.setblocking(False)
     return sock
@@ -117,10 +122,22 @@ class _Shutdown:
             self.server.should_exit = True
 
 
+async def _load(cfg: ServerConfig):
+    """The engines, loaded before the server starts: a model that fails to load is one line."""
+    from server.app import load_engines
+
+    try:
+        return await load_engines(cfg)
+    except Exception as exc:  # noqa: BLE001 - any failure to load is the model's
+        log.debug("loading the model failed", exc_info=True)
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        raise StartupError(f"--model {cfg.model}: could not load it ({reason})") from exc
+
+
 async def _serve_async(cfg: ServerConfig, sock: socket.socket) -> None:
     from server.app import create_app
 
-    app = create_app(cfg)
+    app = create_app(cfg, await _load(cfg), owns_engine=True)
     limits = net_limits(cfg)
     log.info("connections: at most %d open (file descriptor limit %d)", limits.max_connections, fd_soft_limit())
     # No permessage-deflate: audio does not compress, and deflating a 10 s frame costs
@@ -148,12 +165,26 @@ async def _serve_async(cfg: ServerConfig, sock: socket.socket) -> None:
 
 
 def serve(cfg: ServerConfig) -> int:
+    """Check what is cheap to check first (the model folder, the voices folder, the port),
+    then the device and the reference's names, then load and serve."""
     from server.engine.upstream import check_upstream
 
-    report = check_upstream()
-    log.info("omnivoice %s: all %d private names Chorus relies on are present", report.version, report.checked)
-    resolve_model(cfg)
-    sock = bind_socket(cfg.host, cfg.port)
-    asyncio.run(_serve_async(cfg, sock))
+    if cfg.model:
+        check_model(cfg.model)
+    if not cfg.voices_db:
+        check_voices_dir(cfg.voices_dir)
+    try:
+        sock = bind_socket(cfg.host, cfg.port)
+    except OSError as exc:
+        raise bind_error(cfg.host, cfg.port, exc) from exc
+    try:
+        check_device(cfg.engine.device)
+        report = check_upstream()
+        log.info("omnivoice %s: all %d private names Chorus relies on are present", report.version,
+                 report.checked)
+        resolve_model(cfg)
+        asyncio.run(_serve_async(cfg, sock))
+    finally:
+        sock.close()
     log.info("stopped")
     return 0
