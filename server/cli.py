@@ -291,6 +291,8 @@ def main(argv: list[str] | None = None) -> int:
     # pydub (imported by omnivoice) warns when ffmpeg is missing; Chorus never asks it to
     # decode or encode a file (soundfile and PyAV do), so the warning only misleads.
     warnings.filterwarnings("ignore", message="Couldn't find ffmpeg or avconv", category=RuntimeWarning)
+    quiet = "ignore:Couldn't find ffmpeg or avconv:RuntimeWarning"  # engine and finisher processes too
+    os.environ["PYTHONWARNINGS"] = ",".join(filter(None, (os.environ.get("PYTHONWARNINGS"), quiet)))
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
     if args.command is None:
