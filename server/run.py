@@ -86,6 +86,20 @@ class _Server(uvicorn.Server):
         yield
 
 
+def http_server(app, cfg: ServerConfig) -> uvicorn.Server:
+    """uvicorn with Chorus's settings, serving `app` (started by `_serve_async`, or in a
+    thread by the test suite's in-process server)."""
+    limits = net_limits(cfg)
+    log.info("connections: at most %d open (file descriptor limit %d)", limits.max_connections, fd_soft_limit())
+    # No permessage-deflate: audio does not compress, and deflating a 10 s frame costs
+    # ~13 ms of the event loop's time on each side before the first sample is heard.
+    uv_config = uvicorn.Config(app, log_level="warning", lifespan="on", ws_max_size=cfg.max_frame_bytes,
+                               ws_per_message_deflate=False, timeout_graceful_shutdown=30,
+                               http=guarded_http_protocol(limits), ws=guarded_ws_protocol(limits),
+                               backlog=limits.backlog)
+    return _Server(uv_config)
+
+
 class _Shutdown:
     """What SIGTERM/SIGINT do: drain once, hurry on the second, force on the third."""
 
@@ -138,15 +152,7 @@ async def _serve_async(cfg: ServerConfig, sock: socket.socket) -> None:
     from server.app import create_app
 
     app = create_app(cfg, await _load(cfg), owns_engine=True)
-    limits = net_limits(cfg)
-    log.info("connections: at most %d open (file descriptor limit %d)", limits.max_connections, fd_soft_limit())
-    # No permessage-deflate: audio does not compress, and deflating a 10 s frame costs
-    # ~13 ms of the event loop's time on each side before the first sample is heard.
-    uv_config = uvicorn.Config(app, log_level="warning", lifespan="on", ws_max_size=cfg.max_frame_bytes,
-                               ws_per_message_deflate=False, timeout_graceful_shutdown=30,
-                               http=guarded_http_protocol(limits), ws=guarded_ws_protocol(limits),
-                               backlog=limits.backlog)
-    server = _Server(uv_config)
+    server = http_server(app, cfg)
     shutdown = _Shutdown(server, app, cfg.drain_seconds)
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(AcceptErrorLog())

@@ -48,11 +48,35 @@ def reference_clip() -> tuple[np.ndarray, int]:
 
 
 @pytest.fixture(scope="session")
-def chorus_server(tiny_checkpoint, tmp_path_factory):
-    """One real `chorus serve` on the tiny checkpoint, shared by the integration tests
-    that need no special flags (tests that restart a server start their own)."""
-    from tests.serverproc import ChorusServer
+def shared_engine(tiny_checkpoint):
+    """The engine every in-process server runs on: loaded and started once, the way
+    `chorus serve` does (`server.app.load_engines`, its default settings on CPU)."""
+    import asyncio
 
-    server = ChorusServer(tiny_checkpoint, tmp_path_factory.mktemp("server")).start()
+    from server.app import load_engines
+    from server.cli import build_parser, config_from_args
+
+    cfg = config_from_args(build_parser().parse_args(["serve", "--model", str(tiny_checkpoint)]))
+    engine = asyncio.run(load_engines(cfg))
+    yield engine
+    engine.stop()
+
+
+@pytest.fixture(scope="session")
+def start_inproc(shared_engine, tiny_checkpoint):
+    """`start_inproc(workdir, *flags)`: a started `tests.inproc.InProcessServer` (stop it)."""
+    from tests.inproc import InProcessServer
+
+    def start(workdir: Path, *flags: str) -> InProcessServer:
+        return InProcessServer(shared_engine, tiny_checkpoint, workdir, *flags).start()
+
+    return start
+
+
+@pytest.fixture(scope="session")
+def chorus_server(start_inproc, tmp_path_factory):
+    """One real Chorus server (in-process, `tests.inproc`) on the tiny checkpoint, shared by
+    the integration tests that need no special flags."""
+    server = start_inproc(tmp_path_factory.mktemp("server"))
     yield server
     server.stop()

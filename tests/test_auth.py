@@ -18,7 +18,6 @@ from server.app import create_app
 from server.config import ServerConfig
 from tests.chorus_client import Session
 from tests.fake_engine import FakeEngine
-from tests.serverproc import ChorusServer
 
 KEY = "k3y-Æ-with-unicode"
 ALLOWED = "http://allowed.example:3000"
@@ -26,9 +25,8 @@ EVIL = "http://evil.example"
 
 
 @pytest.fixture(scope="module")
-def keyed(tiny_checkpoint, tmp_path_factory):
-    server = ChorusServer(tiny_checkpoint, tmp_path_factory.mktemp("keyed"), "--api-key", KEY,
-                          "--allowed-origins", ALLOWED).start()
+def keyed(start_inproc, tmp_path_factory):
+    server = start_inproc(tmp_path_factory.mktemp("keyed"), "--api-key", KEY, "--allowed-origins", ALLOWED)
     yield server
     server.stop()
 

@@ -23,7 +23,6 @@ from server.cli import build_parser, config_from_args
 from server.voices import LibraryFull, VoiceStore
 from tests.chorus_client import Session, check_request
 from tests.conftest import make_reference_clip
-from tests.serverproc import ChorusServer
 
 
 def file_bytes(samples: np.ndarray, rate: int, fmt: str, subtype: str | None = None) -> bytes:
@@ -165,12 +164,12 @@ def test_limit_flags_reach_the_config():
 
 
 @pytest.fixture(scope="module")
-def small_server(tiny_checkpoint, tmp_path_factory):
-    server = ChorusServer(
-        tiny_checkpoint, tmp_path_factory.mktemp("small"), "--max-queue", "2", "--max-frame-bytes", "256K",
+def small_server(start_inproc, tmp_path_factory):
+    server = start_inproc(
+        tmp_path_factory.mktemp("small"), "--max-queue", "2", "--max-frame-bytes", "256K",
         "--max-reference-bytes", "64K", "--max-reference-seconds", "1.5", "--max-voices", "1",
         "--idle-timeout", "2",
-    ).start()
+    )
     yield server
     server.stop()
 

@@ -1,4 +1,6 @@
-"""The voice library over HTTP against a real server: upload, use, list, restart, delete."""
+"""The voice library over HTTP against a real server: upload, use, list, restart, delete.
+The restart is of the process: a voice added through one server is served, from disk, by a
+`chorus serve` process started afterwards on the same folder."""
 
 from __future__ import annotations
 
@@ -18,8 +20,8 @@ TEXT = "A voice for the library."
 
 
 @pytest.fixture(scope="module")
-def server(tiny_checkpoint, tmp_path_factory):
-    server = ChorusServer(tiny_checkpoint, tmp_path_factory.mktemp("voices-server")).start()
+def server(start_inproc, tmp_path_factory):
+    server = start_inproc(tmp_path_factory.mktemp("voices-server"))
     yield server
     server.stop()
 
@@ -46,7 +48,20 @@ def synthesize_with(url: str, voice: str) -> dict:
     return asyncio.run(go())
 
 
-def test_upload_use_list_restart_delete(server):
+def test_upload_use_list_restart_delete(start_inproc, tiny_checkpoint, tmp_path):
+    server = start_inproc(tmp_path)
+    try:
+        vid, voice, first = uploaded_and_used(server)
+    finally:
+        server.stop()
+    process = ChorusServer(tiny_checkpoint, tmp_path).start()  # the same voices folder, a fresh process
+    try:
+        restarted(process, vid, voice, first)
+    finally:
+        process.stop()
+
+
+def uploaded_and_used(server) -> tuple[str, dict, object]:
     r = upload(server.url, audio_file("WAV", "PCM_16"), text=TEXT, name="Ada L.")
     assert r.status_code == 201, r.text
     voice = r.json()
@@ -59,8 +74,10 @@ def test_upload_use_list_restart_delete(server):
     check_request(first, num_step=6)
     assert httpx.get(server.url + f"/v1/voices/{vid}").json() == voice
     assert voice in httpx.get(server.url + "/v1/voices").json()["voices"]
+    return vid, voice, first
 
-    server.restart()
+
+def restarted(server: ChorusServer, vid: str, voice: dict, first) -> None:
     assert httpx.get(server.url + f"/v1/voices/{vid}").json() == voice
     again = synthesize_with(server.ws_url, vid)
     assert again.payload == first.payload  # the stored tokens, not a re-encode

@@ -56,8 +56,9 @@ def test_hostile_ids_are_refused(dsn):
         store.close()
 
 
-def test_two_replicas_share_one_library(dsn, tiny_checkpoint, tmp_path, reference_clip):
-    """A voice uploaded to one `chorus serve` is listed and used by another at once."""
+def test_two_replicas_share_one_library(dsn, start_inproc, tmp_path, reference_clip):
+    """A voice uploaded to one server is listed and used by another at once (two apps, each
+    with its own library connection; in one process, since only the database joins them)."""
     import asyncio
     import io
 
@@ -65,10 +66,8 @@ def test_two_replicas_share_one_library(dsn, tiny_checkpoint, tmp_path, referenc
     import soundfile as sf
 
     from tests.chorus_client import Session
-    from tests.serverproc import ChorusServer
-
-    a = ChorusServer(tiny_checkpoint, tmp_path / "a", "--voices-db", dsn).start()
-    b = ChorusServer(tiny_checkpoint, tmp_path / "b", "--voices-db", dsn).start()
+    a = start_inproc(tmp_path / "a", "--voices-db", dsn)
+    b = start_inproc(tmp_path / "b", "--voices-db", dsn)
     try:
         clip, sr = reference_clip
         wav = io.BytesIO()

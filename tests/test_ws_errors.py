@@ -16,7 +16,6 @@ import websockets
 
 from tests.chorus_client import Session, check_request
 from tests.conftest import make_reference_clip
-from tests.serverproc import ChorusServer
 
 HEAVY = {"options": {"num_step": 64, "duration": 20.0}, "progress": True}
 KEY = "sekrit-key"
@@ -33,10 +32,10 @@ def wav_b64(seconds: float = 1.5) -> str:
 
 
 @pytest.fixture(scope="module")
-def tight_server(tiny_checkpoint, tmp_path_factory):
+def tight_server(start_inproc, tmp_path_factory):
     """A server with an API key and small limits."""
-    server = ChorusServer(tiny_checkpoint, tmp_path_factory.mktemp("tight"), "--api-key", KEY,
-                          "--max-queue", "3", "--max-inflight", "2", "--max-text-chars", "200").start()
+    server = start_inproc(tmp_path_factory.mktemp("tight"), "--api-key", KEY,
+                          "--max-queue", "3", "--max-inflight", "2", "--max-text-chars", "200")
     yield server
     server.stop()
 
