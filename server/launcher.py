@@ -45,6 +45,7 @@ class ServerProcess:
         self._log = None
         self._ready = threading.Event()
         self._pump_thread: threading.Thread | None = None
+        self._log_start = 0  # where the latest start's lines begin in the log file
 
     @property
     def ws_url(self) -> str:
@@ -61,6 +62,7 @@ class ServerProcess:
         launch = ["-m", "server"] if self.fd_limit is None else ["-c", _LIMITED.format(self.fd_limit)]
         cmd = [sys.executable, *launch, "serve", "--host", "127.0.0.1", "--port", str(self.port), *self.args]
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - open while the process runs; a restart appends
+        self._log_start = self._log.tell()
         self._ready.clear()
         self.url = ""
         self.proc = subprocess.Popen(cmd, cwd=self.cwd, env=env, stdout=subprocess.PIPE, stderr=self._log)
@@ -122,4 +124,9 @@ class ServerProcess:
         return self.start()
 
     def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        """What the latest start logged (earlier starts' lines stay in the file above it)."""
+        if not self.log_path.exists():
+            return ""
+        with open(self.log_path, "rb") as f:
+            f.seek(self._log_start)
+            return f.read().decode(errors="replace")
