@@ -3,7 +3,7 @@
 msgspec Structs give the shapes and ranges; `parse_client_message` turns any client text
 frame into a typed message or a `ProtocolError` whose message names the offending field
 (`options.num_step: must be 1..64`), so a bad frame is always answered, never fatal.
-The OpenAI-compatible speech body lives here too: it is the same request, other spelling.
+The OpenAI-compatible speech body, the same request in OpenAI's spelling, is `server.speech_body`.
 """
 
 from __future__ import annotations
@@ -299,7 +299,7 @@ def check_voice_fields(msg: VoiceFields) -> None:
     check_options(msg.options, request_id=msg.id)
 
 
-def _decode_json(data: str | bytes) -> Any:
+def decode_json(data: str | bytes) -> Any:
     try:
         return msgspec.json.decode(data)
     except msgspec.DecodeError as exc:
@@ -310,7 +310,7 @@ def _decode_json(data: str | bytes) -> Any:
 
 def parse_client_message(data: str | bytes) -> ClientMessage:
     """One client text frame -> a typed message; raises `ProtocolError` naming the problem."""
-    raw = _decode_json(data)
+    raw = decode_json(data)
     if not isinstance(raw, dict):
         raise ProtocolError("bad_message", "a message must be a JSON object with a `type`")
     kind = raw.get("type")
@@ -332,58 +332,3 @@ def parse_client_message(data: str | bytes) -> ClientMessage:
         check_voice_fields(message)
     return message
 
-
-# ---- OpenAI-compatible speech ----------------------------------------------------------
-
-SpeechFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
-
-
-class VoiceRef(Struct, forbid_unknown_fields=True):
-    """OpenAI's custom-voice form of `voice`: `{"id": "..."}`."""
-
-    id: str
-
-
-class SpeechRequest(Options, forbid_unknown_fields=True, kw_only=True):
-    """`POST /v1/audio/speech`: OpenAI's fields plus OmniVoice's knobs at top level.
-
-    The knobs are `Options`' own, inherited (and checked against the same table), so the two
-    spellings of a request can never disagree.
-    """
-
-    input: str
-    model: Any = None
-    voice: str | VoiceRef | None = None
-    instructions: str | None = None
-    response_format: SpeechFormat = "mp3"
-    stream_format: Literal["audio", "sse"] | None = None  # sse: OpenAI's speech.audio.* events
-    language: str | None = None
-
-    @property
-    def voice_name(self) -> str | None:
-        return self.voice.id if isinstance(self.voice, VoiceRef) else self.voice
-
-    def options(self) -> Options:
-        return Options(**{name: getattr(self, name) for name in table.NAMES})
-
-
-_SPEECH_RULES: dict[str, str] = {}
-_SPEECH_RULES["response_format"] = "must be mp3, opus, aac, flac, wav or pcm"
-_SPEECH_RULES["stream_format"] = "must be audio or sse"
-
-
-def parse_speech_request(body: bytes) -> SpeechRequest:
-    """The JSON body of `/v1/audio/speech` -> a typed request; `ProtocolError` otherwise."""
-    raw = _decode_json(body)
-    if not isinstance(raw, dict):
-        raise ProtocolError("bad_message", "the body must be a JSON object")
-    try:
-        req = msgspec.convert(raw, SpeechRequest)
-    except msgspec.ValidationError as exc:
-        at, message = describe_validation_error(exc, _SPEECH_RULES)
-        raise ProtocolError("invalid_request", message, field=at) from None
-    if not has_visible_text(req.input):
-        raise ProtocolError("invalid_request", "input: must not be empty (nothing but spaces or invisible "
-                            "characters)", field="input")
-    check_options(req, prefix="")
-    return req

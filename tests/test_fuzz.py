@@ -24,6 +24,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from server import protocol as p
+from server.speech_body import parse_speech_request
 from tests.chorus_client import Session, check_request
 from tests.conftest import make_reference_clip
 from tests.serverproc import ChorusServer
@@ -327,7 +328,7 @@ def test_deeply_nested_json_is_bad_message_not_a_crash():
             p.parse_client_message(data)
         assert (info.value.code, info.value.message) == ("bad_message", "not valid JSON: nested too deeply")
         with pytest.raises(p.ProtocolError) as info:
-            p.parse_speech_request(data.encode())
+            parse_speech_request(data.encode())
         assert info.value.code == "bad_message"
 
 

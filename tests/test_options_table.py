@@ -15,6 +15,7 @@ from server import options as table
 from server import protocol as p
 from server.engine.request import validate_options
 from server.engine.types import GenerationOptions, RequestRejected
+from server.speech_body import parse_speech_request
 from tests.chorus_client import Session
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "protocol.md"
@@ -50,14 +51,14 @@ def test_bounds_at_every_entry_point(name, value, ok):
     body = json.dumps({"input": "Hi.", name: value}).encode()
     if ok:
         assert getattr(p.parse_client_message(frame).options, name) == value
-        assert getattr(p.parse_speech_request(body), name) == value
+        assert getattr(parse_speech_request(body), name) == value
         validate_options(GenerationOptions(**{name: value}))
         return
     with pytest.raises(p.ProtocolError) as ws:
         p.parse_client_message(frame)
     assert (ws.value.code, ws.value.field, ws.value.request_id) == ("invalid_request", f"options.{name}", "b")
     with pytest.raises(p.ProtocolError) as http:
-        p.parse_speech_request(body)
+        parse_speech_request(body)
     assert (http.value.code, http.value.field) == ("invalid_request", name)
     with pytest.raises(RequestRejected) as engine:
         validate_options(GenerationOptions(**{name: value}))

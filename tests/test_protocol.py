@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from server import protocol as p
+from server.speech_body import parse_speech_request
 
 
 def synth(**fields) -> str:
@@ -155,7 +156,7 @@ def test_audio_frame_layout():
 
 
 def test_speech_request():
-    req = p.parse_speech_request(b'{"model": "tts-1", "input": "Hi.", "voice": "alloy", "num_step": 8, "seed": 3}')
+    req = parse_speech_request(b'{"model": "tts-1", "input": "Hi.", "voice": "alloy", "num_step": 8, "seed": 3}')
     assert req.response_format == "mp3" and req.options().num_step == 8 and req.options().seed == 3
     for body, message in [
         (b'{"input": ""}', "input: must not be empty"),
@@ -169,8 +170,8 @@ def test_speech_request():
         (b'{"input": "x", "seed": 99999999999999999999999}', "seed: must be a 64-bit integer"),
     ]:
         with pytest.raises(p.ProtocolError) as info:
-            p.parse_speech_request(body)
+            parse_speech_request(body)
         assert info.value.code == "invalid_request" and info.value.message.startswith(message), body
     with pytest.raises(p.ProtocolError) as info:
-        p.parse_speech_request(b"{nope")
+        parse_speech_request(b"{nope")
     assert info.value.code == "bad_message"

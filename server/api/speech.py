@@ -37,6 +37,7 @@ from server.engine.types import (
 )
 from server.instructions import header_value, map_instructions
 from server.service import ServiceError, SynthesisService
+from server.speech_body import parse_speech_request
 
 log = logging.getLogger("chorus.speech")
 _request_ids = itertools.count(1)
@@ -91,7 +92,7 @@ def _sse(event: dict) -> bytes:
 async def speech(request: Request, service: SynthesisService, config: ServerConfig) -> Response | Stream:
     received_at = time.perf_counter()  # the engine's timings count from here
     try:
-        body = p.parse_speech_request(await request.body())
+        body = parse_speech_request(await request.body())
     except p.ProtocolError as exc:
         service.reject(ENDPOINT, exc.code)
         raise ApiError(exc.code, exc.message, field=exc.field) from None
