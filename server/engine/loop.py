@@ -278,7 +278,8 @@ class EngineLoop:
                 if state.finished:
                     continue
                 if not ok:
-                    self._finish(state, "error", "the model produced non-finite logits for this request")
+                    self._finish(state, "error", "non-finite scores for this request (logits, or knobs "
+                                                 "beyond float32)")
                     continue
                 state.steps_done += 1
                 self._emit(state, Progress(state.request_id, utt.chunk_index, number, utt.num_step,

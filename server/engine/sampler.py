@@ -10,6 +10,13 @@ All of it runs once for every row of the step: the per-item parts (guidance, pen
 temperature, k) become per-row values, and the top-k runs over a padded (items, C x Tmax)
 score table. Only random draws stay per item, from each item's own generator, so a
 seeded request's tokens do not depend on its neighbours.
+
+No score can make the shared step index out of range or touch a neighbour: selection ranks
+on a mask-aware key (a still-masked position above every revealed or padding one, NaN and
+infinities mapped to the float32 extremes), picks are written through a padded table, and
+token ids are clamped to the vocabulary. A masked position with a non-finite score (e.g.
+knobs beyond float32: a layer penalty that overflows, a denormal position temperature)
+fails its own item through the finiteness flags; the other items step on unchanged.
 """
 
 from __future__ import annotations
@@ -48,6 +55,7 @@ class _StepLayout:
     row_penalty: torch.Tensor  # (rows, 1) layer penalty factor
     row_temp: torch.Tensor  # (rows, 1) position temperature (1 where none: x / 1 == x)
     k_host: list[int]
+    take: torch.Tensor  # (items, k_max) bool: pick j of item i is one of its own k
     k_max: int
     t_max: int
 
@@ -65,17 +73,21 @@ class Sampler:
         rows = int(lengths.sum())
         row_item = np.repeat(np.arange(len(lengths)), lengths)
         row_pos = np.arange(rows) - np.repeat(starts, lengths)
-        penalty = np.array([u.options.layer_penalty_factor for u in utts], dtype=np.float32)
-        temps = np.array([u.options.position_temperature for u in utts], dtype=np.float32)
+        with np.errstate(over="ignore"):  # knobs beyond float32 become inf: the finite guard fails them
+            penalty = np.array([u.options.layer_penalty_factor for u in utts], dtype=np.float32)
+            temps = np.array([u.options.position_temperature for u in utts], dtype=np.float32)
         temps = np.where(temps > 0, temps, 1.0).astype(np.float32)
         k_host = [u.schedule[u.step] for u in utts]
+        k_max = max(k_host, default=0)
+        take = np.arange(k_max)[None, :] < np.array(k_host, dtype=np.int64)[:, None]
         return _StepLayout(
             row_item=_to_device(row_item, self.device),
             row_pos=_to_device(row_pos, self.device),
             row_penalty=_to_device(np.repeat(penalty, lengths)[:, None], self.device),
             row_temp=_to_device(np.repeat(temps, lengths)[:, None], self.device),
             k_host=k_host,
-            k_max=max(k_host, default=0),
+            take=_to_device(take, self.device),
+            k_max=k_max,
             t_max=int(lengths.max()) if len(lengths) else 0,
         )
 
@@ -117,7 +129,8 @@ class Sampler:
             opts = utt.options
             if opts.class_temperature > 0:
                 filtered = filter_top_k(log_probs[start : start + t_len], ratio=0.1)
-                noisy = filtered / opts.class_temperature + _gumbel(_uniform(filtered.shape, utt.generator, self.device))
+                noise = _gumbel(_uniform(filtered.shape, utt.generator, self.device))
+                noisy = filtered / opts.class_temperature + noise
                 predicted[start : start + t_len] = noisy.argmax(dim=-1)
             if opts.position_temperature > 0:
                 # drawn as the reference does, (C, T), then laid out by rows
@@ -128,22 +141,37 @@ class Sampler:
         noise = torch.where(uniform >= 0, _gumbel(uniform.clamp(min=0)), 0.0)
         scores = (confidence - self.layer_ids * layout.row_penalty) / layout.row_temp + noise
 
-        # one top-k for every item over a padded (items, C, Tmax) table; revealed -> -inf
-        tokens = torch.cat([item.tokens for item in items], dim=1)  # (C, rows)
-        scores = scores.masked_fill(tokens.t() != self.mask_id, -float("inf"))
+        # One top-k for every item over a padded (items, C, Tmax) table. The key is
+        # mask-aware: a still-masked position ranks above every revealed or padding one
+        # whatever its score (NaN and infinities become the float32 extremes), so no score,
+        # however poisoned, can pick a position that is not masked.
+        tokens = torch.cat([item.tokens for item in items], dim=1).t()  # (rows, C)
+        masked = tokens == self.mask_id
+        # a masked position whose score is not finite fails its item (knobs beyond float32)
+        finite_rows &= (torch.isfinite(scores) | ~masked).all(dim=-1)
+        big = torch.finfo(scores.dtype).max
+        key = torch.where(masked, scores.nan_to_num(nan=-big, posinf=big, neginf=-big), -float("inf"))
         table = torch.full((n_items, layout.t_max, c), -float("inf"), device=self.device)
-        table[layout.row_item, layout.row_pos] = scores
+        table[layout.row_item, layout.row_pos] = key
         flat = table.transpose(1, 2).reshape(n_items, c * layout.t_max)
-        chosen = torch.topk(flat, layout.k_max, dim=1).indices  # (items, k_max), best first
-        codebook, position = chosen // layout.t_max, chosen % layout.t_max
+        chosen = torch.topk(flat, layout.k_max, dim=1).indices  # (items, k_max), best first, distinct
+        codebook, position = chosen // layout.t_max, chosen % layout.t_max  # inside the table by construction
         table_pred = torch.zeros((n_items, layout.t_max, c), dtype=predicted.dtype, device=self.device)
-        table_pred[layout.row_item, layout.row_pos] = predicted
-        values = table_pred[torch.arange(n_items, device=self.device).unsqueeze(1), position, codebook]
+        table_pred[layout.row_item, layout.row_pos] = predicted.clamp(0, logits.shape[-1] - 1)
+        item_index = torch.arange(n_items, device=self.device).unsqueeze(1)
+        values = table_pred[item_index, position, codebook]
 
         finite = torch.ones((n_items, layout.t_max), dtype=torch.bool, device=self.device)
         finite[layout.row_item, layout.row_pos] = finite_rows
-        # every write after every read: a failure above leaves all canvases untouched
-        for i, (item, k) in enumerate(zip(items, layout.k_host)):
-            if k > 0:  # topk is sorted: an item's best k are its first k picks
-                item.tokens.index_put_((codebook[i, :k], position[i, :k]), values[i, :k])
+        # Every write after every read: a failure above leaves all canvases untouched. Picks
+        # are written into a padded token table (never out of range), an item's picks past
+        # its own k rewrite what is there (top-k picks in a row are distinct, so they never
+        # collide with a real pick), and each item's region is copied back to its canvas.
+        board = torch.full((n_items, layout.t_max, c), self.mask_id, dtype=tokens.dtype, device=self.device)
+        board[layout.row_item, layout.row_pos] = tokens
+        current = board[item_index, position, codebook]
+        board[item_index, position, codebook] = torch.where(layout.take, values, current)
+        for i, item in enumerate(items):
+            if layout.k_host[i] > 0:
+                item.tokens.copy_(board[i, : item.target_len].t())
         return finite.all(dim=1)
