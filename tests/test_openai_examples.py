@@ -156,3 +156,18 @@ def test_builtin_voices_listed_and_not_deletable(chorus_server):
     r = httpx.delete(chorus_server.url + "/v1/voices/alloy")
     assert r.status_code == 403 and "built-in" in r.json()["error"]["message"]
     assert httpx.get(chorus_server.url + "/v1/voices/alloy").json()["builtin"] is True
+
+
+def test_compressed_formats_stream_chunk_by_chunk(chorus_server):
+    """A text of several chunks: mp3 bytes arrive in pieces (no Content-Length), and the
+    whole is one stream a decoder reads to the length of the pcm of the same request."""
+    knobs = {**FAST, "chunk_threshold": 0, "chunk_seconds": 1.0}
+    text = "One sentence first. A second sentence next. And the third one last."
+    n = len(reference_pcm(chorus_server.url, "ash", text, **{k: v for k, v in knobs.items() if k not in FAST}))
+    body = {"input": text, "voice": "ash", "response_format": "mp3", **knobs}
+    with httpx.stream("POST", chorus_server.url + "/v1/audio/speech", json=body, timeout=120) as r:
+        assert r.status_code == 200 and "content-length" not in r.headers
+        data = b"".join(r.iter_raw())
+    decoded, rate = sf.read(io.BytesIO(data), dtype="float32")
+    assert rate == 24000 and n <= len(decoded) <= n + 2 * 1152 + 529
+
