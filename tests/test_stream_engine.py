@@ -153,4 +153,10 @@ def test_segments_in_flight_stay_within_the_limit(app_engine):
     segments, audio = speak(client, {"voice": None, "options": {"num_step": 4}}, [text])
     assert len(segments) == 8
     assert watch.most_live == SEGMENT_LIMIT  # reached, never passed
+    # the deadline hint: the first segment is due now; segments submitted once audio flows are
+    # due when playback reaches them, later ones later
+    dues = [watch.requests[rid].due_at for rid in segment_ids(watch, 8)]
+    assert dues[0] is None and dues[-1] is not None
+    known = [d for d in dues if d is not None]
+    assert known == sorted(known)
     assert [a["segment"] for a in audio] == sorted(a["segment"] for a in audio)

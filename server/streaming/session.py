@@ -58,6 +58,7 @@ class _Segment:
     submitted_at: float = 0.0
     offset: int = 0  # where its audio starts in the stream (samples), set when it is the head
     samples: int = 0
+    planned_s: float = 0.0  # the engine's estimate of its audio, until the audio is known
     finished: bool = False
     encoder: StreamEncoder | None = None  # one per segment: each ends with its last chunk
     held: list[ChunkAudio] = field(default_factory=list)  # audio waiting for earlier segments
@@ -89,6 +90,7 @@ class StreamSession:
         self.ended = False
         self.opened_at = time.perf_counter()
         self.first_audio_ms: float | None = None
+        self.first_audio_at: float | None = None  # perf_counter() of the stream's first audio frame
         self.queue_ms = 0.0
         self._loop = asyncio.get_running_loop()
         self._idle = self._loop.call_later(limits.idle_seconds, self._on_idle)
@@ -166,15 +168,25 @@ class StreamSession:
         if options.seed is not None:
             options = replace(options, seed=(options.seed + index) % _U64)
         request = SynthesisRequest(request_id=seg.request_id, text=text, language=self.msg.language,
-                                   instruct=self.msg.instruct, voice=self.voice, options=options)
+                                   instruct=self.msg.instruct, voice=self.voice, options=options,
+                                   due_at=self._due_at())
         on_tokens = self._first_tokens if self.chained and index == 0 else None
         try:
-            self.service.submit(request, lambda event: self._on_event(seg, event), ENDPOINT, on_tokens)
+            accepted = self.service.submit(request, lambda event: self._on_event(seg, event), ENDPOINT, on_tokens)
         except ServiceError as exc:
             self._end(p.ErrorMsg(self.id, exc.code, f"segment {index}: {exc.message}"))
             return
+        seg.planned_s = sum(accepted.target_seconds)
         self.segments.append(seg)
         self.running += 1
+
+    def _due_at(self) -> float | None:
+        """When playback will reach the next segment (the engine's deadline hint): the stream's
+        first audio plus the audio before it (heard or planned); None (now) before any audio."""
+        if self.first_audio_at is None:
+            return None
+        before = sum(s.samples / self.out_rate if s.finished else s.planned_s for s in self.segments)
+        return self.first_audio_at + before
 
     def _first_tokens(self, event: ChunkTokens) -> None:
         if event.chunk == 0 and self.voice is None:
@@ -217,8 +229,9 @@ class StreamSession:
                                  f"{event.message or 'the engine failed on this segment'}"))
 
     def _send_audio(self, seg: _Segment, event: ChunkAudio) -> None:
-        if self.first_audio_ms is None:
-            self.first_audio_ms = round((time.perf_counter() - self.segments[0].submitted_at) * 1000.0, 3)
+        if self.first_audio_at is None:
+            self.first_audio_at = time.perf_counter()
+            self.first_audio_ms = round((self.first_audio_at - self.segments[0].submitted_at) * 1000.0, 3)
         if seg.encoder is None:
             rate = self.msg.sample_rate or default_rate(self.msg.encoding, event.sample_rate)
             seg.encoder = ws_encoder(self.msg.encoding, event.sample_rate, rate)
