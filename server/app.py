@@ -30,6 +30,7 @@ from server.audio_io import AudioLimits
 from server.builtin_voices import model_key
 from server.config import ServerConfig
 from server.hold_gate import hold_from_env
+from server.memtrim import trim_when_idle
 from server.metrics import Metrics
 from server.net.bodies import BodyBudget, BodyBudgetExceeded, body_budget_middleware
 from server.service import Engine, SynthesisService
@@ -65,9 +66,12 @@ def create_app(cfg: ServerConfig, engine: Engine | None = None, owns_engine: boo
         )
         app.state.service.builtins.model_key = await asyncio.to_thread(model_key, cfg.model, running.model_name)
         app.state.ready = True
+        service = app.state.service
+        trimmer = asyncio.create_task(trim_when_idle(lambda: service.inflight))
         try:
             yield
         finally:
+            trimmer.cancel()
             app.state.ready = False
             if engine is None or owns_engine:  # ends what is left with `cancelled`
                 await asyncio.to_thread(running.stop)
