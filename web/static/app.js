@@ -1,6 +1,7 @@
 // The Chorus demo page: wiring. The parts live in their own modules (knobs, voice library,
-// field errors, playback queue, live mode, job cards); this one holds the page's state in
-// one object and connects the parts to the form and the WebSocket.
+// field errors, playback queue, live mode, job cards, connection status and API key); this
+// one holds the page's state in one object and connects the parts to the form and the
+// WebSocket.
 
 import { audioContext, stats } from "./audio.js";
 import { Connection } from "./connection.js";
@@ -13,6 +14,7 @@ import { VoiceLibrary } from "./library.js";
 import { LiveSession } from "./live.js";
 import { PlaybackQueue } from "./playback.js";
 import { charCount, exactJson, synthesizeFrame } from "./protocol.js";
+import { ApiKey, ConnectionStatus } from "./status.js";
 import { VoicesApi } from "./voices.js";
 
 const boot = JSON.parse($("chorus-boot").textContent);
@@ -24,30 +26,9 @@ const state = {
   jobs: new Map(), // request id -> Job
   seq: 0, // requests made by this page
   session: Math.random().toString(36).slice(2, 8), // request ids are `${session}-${seq}`
-  everConnected: false,
-  countdown: null, // the reconnect banner's timer
 };
 
-// ---------------------------------------------------------------------------- API key
-
-const KEY_STORE = "chorus.apiKey";
-function storedKey() {
-  try {
-    return localStorage.getItem(KEY_STORE) || "";
-  } catch {
-    return "";
-  }
-}
-const apiKey = () => storedKey() || boot.api_key || "";
-function authHeaders() {
-  const key = apiKey();
-  return key ? { Authorization: `Bearer ${key}` } : {};
-}
-function streamUrl() {
-  const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-  const key = apiKey();
-  return `${scheme}//${location.host}/v1/stream${key ? `?api_key=${encodeURIComponent(key)}` : ""}`;
-}
+const key = new ApiKey(boot);
 
 // ---------------------------------------------------------------------------- parts
 
@@ -62,7 +43,7 @@ knobs.build();
 $("reset-knobs").addEventListener("click", () => knobs.reset());
 knobs.changed();
 
-const api = new VoicesApi(authHeaders);
+const api = new VoicesApi(() => key.headers());
 const library = new VoiceLibrary(api, () => errors.clear("voice"));
 const queue = new PlaybackQueue();
 $("play-one-at-a-time").addEventListener("change", (ev) => {
@@ -163,56 +144,16 @@ function requestFields(chars) {
 
 // ---------------------------------------------------------------------------- connection
 
-function setPill(pillState, text) {
-  const pill = $("conn-status");
-  pill.dataset.state = pillState;
-  pill.querySelector(".conn-text").textContent = text;
-}
+const status = new ConnectionStatus(key, (ready) => {
+  Object.assign(state.limits, ready.limits || {});
+  if (ready.model) $("model-name").textContent = ready.model;
+  if (ready.sample_rate) $("footer-rate").textContent = ready.sample_rate;
+  applyLimits();
+  if (!library.loaded || library.failed) library.refresh();
+});
 
-function onConnState(connState, detail) {
-  clearInterval(state.countdown);
-  const banner = $("conn-banner");
-  if (connState === "open") {
-    const ready = detail.ready;
-    state.everConnected = true;
-    setPill("open", "Connected");
-    if (!banner.hidden) announce("Reconnected to the server.");
-    banner.hidden = true;
-    Object.assign(state.limits, ready.limits || {});
-    if (ready.model) $("model-name").textContent = ready.model;
-    if (ready.sample_rate) $("footer-rate").textContent = ready.sample_rate;
-    applyLimits();
-    $("api-key-error").hidden = true;
-    if (!library.loaded || library.failed) library.refresh();
-  } else if (connState === "connecting") {
-    setPill("connecting", "Connecting…");
-  } else if (connState === "reconnecting") {
-    setPill("connecting", "Reconnecting…");
-    $("conn-banner-text").textContent = "Connection lost. Reconnecting…";
-  } else if (connState === "lost") {
-    setPill("lost", "Offline");
-    banner.hidden = false;
-    const tick = () => {
-      const s = Math.max(0, Math.ceil((detail.at - Date.now()) / 1000));
-      $("conn-banner-text").textContent = state.everConnected
-        ? `Connection to the server lost. Reconnecting in ${s} s…`
-        : `Cannot reach the server. Trying again in ${s} s…`;
-    };
-    tick();
-    state.countdown = setInterval(tick, 500);
-  } else if (connState === "unauthorized") {
-    setPill("auth", "API key needed");
-    banner.hidden = true;
-    const err = $("api-key-error");
-    err.textContent = apiKey() ? "The server did not accept this API key." : "This server needs an API key.";
-    err.hidden = false;
-    $("api-key").setAttribute("aria-invalid", "true");
-    $("apikey-panel").open = true;
-  }
-}
-
-const connection = new Connection(streamUrl, {
-  onState: onConnState,
+const connection = new Connection(() => key.streamUrl(), {
+  onState: (connState, detail) => status.show(connState, detail),
   onMessage: (msg) => route(msg),
   onAudio: (header, samples) => {
     if (live.owns(header.id)) live.onAudio(header, samples);
@@ -277,23 +218,7 @@ window.addEventListener("online", () => {
   if (connection.state === "lost") connection.reconnectNow();
 });
 
-$("apikey-form").addEventListener("submit", (ev) => {
-  ev.preventDefault();
-  const key = $("api-key").value.trim();
-  try {
-    if (key) localStorage.setItem(KEY_STORE, key);
-    else localStorage.removeItem(KEY_STORE);
-  } catch {
-    boot.api_key = key; // storage unavailable: the key lasts for this page only
-  }
-  $("api-key").removeAttribute("aria-invalid");
-  $("api-key-error").hidden = true;
-  $("apikey-panel").open = false;
-  announce(key ? "API key saved." : "API key removed.");
-  connection.reconnectNow(); // the voice library reloads once connected
-});
-$("api-key").value = storedKey();
-if (boot.api_key_required && !apiKey()) $("apikey-panel").open = true;
+key.wireForm(() => connection.reconnectNow()); // the voice library reloads once connected
 
 // ---------------------------------------------------------------------------- generate
 
