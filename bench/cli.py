@@ -39,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", default=None, help="full-size checkpoint folder (made there if missing; "
                    "default: a temporary folder)")
     p.add_argument("--dtype", choices=["float16", "bfloat16"], default="bfloat16")
-    p.add_argument("--scenarios", default=",".join(s for s in SCENARIOS if s != "finite_check"), help="comma-separated subset of: " + ", ".join(SCENARIOS))
+    p.add_argument("--scenarios", default=",".join(s for s in SCENARIOS if s != "finite_check"),
+                   help="comma-separated subset of: " + ", ".join(SCENARIOS))
     p.add_argument("--requests", type=int, default=256)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--reference-batch", type=int, default=16, help="requests per reference generate() call")
@@ -140,8 +141,10 @@ def _profiles(model) -> dict:
     fi = FlashInferAttention(model.device, model.audio_heads.weight.dtype, c.head_dim ** -0.5,
                              c.num_attention_heads, c.num_key_value_heads, c.head_dim)
     out = {}
-    for n, graphs, fuse in ((1, True, None), (1, False, None), (16, False, None), (64, False, None), (64, False, False)):
-        canvas = build_packed_canvas(random_items(model, [(26, 250, 2.0)] * n, seed=n, device=model.device), model.device)
+    cases = ((1, True, None), (1, False, None), (16, False, None), (64, False, None), (64, False, False))
+    for n, graphs, fuse in cases:
+        items = random_items(model, [(26, 250, 2.0)] * n, seed=n, device=model.device)
+        canvas = build_packed_canvas(items, model.device)
         backbone = FusedBackbone(model, fi, graphs=graphs, fuse_qk_rope=fuse)
         name = f"{n}_requests_{'graph' if graphs else 'eager'}_{backbone.qk_rope_kernel}_qk_rope"
         out[name] = profile_forward(backbone, canvas)
@@ -261,7 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     t = time.perf_counter()
     if not (ckpt / "config.json").is_file():
         make_checkpoint("full", ckpt, seed=0)
-    run.put(("checkpoint",), {"path_kind": "given" if args.checkpoint else "temporary", "seconds": round(time.perf_counter() - t, 1)})
+    run.put(("checkpoint",), {"path_kind": "given" if args.checkpoint else "temporary",
+                              "seconds": round(time.perf_counter() - t, 1)})
 
     other = "float16" if args.dtype == "bfloat16" else "bfloat16"
     models = {}

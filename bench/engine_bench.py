@@ -122,7 +122,8 @@ class StageTimer:
         self.decode_ms: list[float] = []
         self.post_ms: list[float] = []  # filled by restore()
         self._post_seen = engine.finisher.post_jobs
-        self._orig = (runner_module.build_packed_canvas, engine.backbone, engine.runner.sampler.step, engine.codec.decode)
+        self._orig = (runner_module.build_packed_canvas, engine.backbone, engine.runner.sampler.step,
+                      engine.codec.decode)
         build, backbone, sampler_step, decode = self._orig
         timer = self
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from functools import partial
 
 import torch
 
@@ -28,7 +29,8 @@ def cuda_ms(fn, warmup: int = 3, iters: int = 10) -> dict:
         end.synchronize()
         times.append(start.elapsed_time(end))
     times.sort()
-    return {"median": round(times[len(times) // 2], 4), "min": round(times[0], 4), "max": round(times[-1], 4), "n": iters}
+    return {"median": round(times[len(times) // 2], 4), "min": round(times[0], 4), "max": round(times[-1], 4),
+            "n": iters}
 
 
 def parity(models: dict, dtypes: list[str], seed: int = 0) -> dict:
@@ -36,8 +38,8 @@ def parity(models: dict, dtypes: list[str], seed: int = 0) -> dict:
     against the float32 reference; the reference's own half-vs-float32 error is the yardstick."""
     from server.engine.attention import TorchAttention
     from server.engine.backbone import OmniVoiceBackbone
-    from server.engine.flashinfer_attention import FlashInferAttention
     from server.engine.cuda_graphs import choose_bucket
+    from server.engine.flashinfer_attention import FlashInferAttention
     from server.engine.fused_backbone import FusedBackbone
 
     out: dict = {}
@@ -78,14 +80,16 @@ def parity(models: dict, dtypes: list[str], seed: int = 0) -> dict:
                 if name == "fused_flashinfer_fp8":  # against the bf16 path it replaces
                     case_rows[name]["vs_fused_bf16"] = compare(logits, bf16_logits)
             # Pad rows must not touch real ones: the padded arithmetic equals the plain one.
-            bucket = choose_bucket(canvas.total_len, len(canvas.doc_lens), (canvas.total_len + 512,), (len(canvas.doc_lens) + 3,))
+            bucket = choose_bucket(canvas.total_len, len(canvas.doc_lens), (canvas.total_len + 512,),
+                                   (len(canvas.doc_lens) + 3,))
             fused = paths["fused_flashinfer"]
             plain = fused.hidden_states(canvas)
             padded = fused.hidden_states_padded(canvas, bucket)
             case_rows["padding_max_abs_diff"] = float((plain.float() - padded.float()).abs().max())
             rows[case] = case_rows
-            log.info("parity %s %s: %s", dtype, case, {k: v.get("vs_reference", {}).get("rel_l2") if isinstance(v, dict) else v
-                                                       for k, v in case_rows.items()})
+            shown = {k: v.get("vs_reference", {}).get("rel_l2") if isinstance(v, dict) else v
+                     for k, v in case_rows.items()}
+            log.info("parity %s %s: %s", dtype, case, shown)
         out[dtype] = rows
     return out
 
@@ -112,8 +116,8 @@ def speed(model, sizes=(1, 2, 4, 8, 16, 32, 64), seconds: float = 10.0, referenc
     """Forward time of steps of n 10 s requests with CFG (n x ~530 tokens)."""
     from server.engine.backbone import OmniVoiceBackbone
     from server.engine.cuda_graphs import choose_bucket
-    from server.engine.fused_backbone import FusedBackbone
     from server.engine.flashinfer_attention import FlashInferAttention
+    from server.engine.fused_backbone import FusedBackbone
 
     arch = Arch.of(model)
     dtype = model.audio_heads.weight.dtype
@@ -170,7 +174,7 @@ def speed(model, sizes=(1, 2, 4, 8, 16, 32, 64), seconds: float = 10.0, referenc
     # the two ceilings on this card, for the record
     a = torch.randn(8192, 8192, device=model.device, dtype=dtype)
     b = torch.randn(8192, 8192, device=model.device, dtype=dtype)
-    gemm = cuda_ms(lambda: a @ b, 3, 10)
+    gemm = cuda_ms(partial(torch.matmul, a, b), 3, 10)
     result["measured_gemm_tflops_8192"] = round(2 * 8192**3 / gemm["median"] / 1e9, 1)
     del a, b
     return result

@@ -29,7 +29,7 @@ class Arch:
     audio_vocab: int = 1025
 
     @classmethod
-    def of(cls, model) -> "Arch":
+    def of(cls, model) -> Arch:
         c = model.llm.config
         return cls(c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads,
                    getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads, c.intermediate_size,
@@ -70,7 +70,7 @@ def percentile(values: list[float], q: float) -> float | None:
 def stats(values: list[float], digits: int = 3) -> dict:
     if not values:
         return {"n": 0}
-    r = lambda x: round(x, digits)  # noqa: E731
+    r = lambda x: round(x, digits)
     return {"n": len(values), "median": r(percentile(values, 50)), "p50": r(percentile(values, 50)),
             "p95": r(percentile(values, 95)), "min": r(min(values)), "max": r(max(values))}
 

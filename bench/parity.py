@@ -17,7 +17,8 @@ import torch
 from server.engine.canvas import CanvasItem, PackedCanvas, build_packed_canvas
 
 
-def random_items(model, specs: list[tuple[int, int, float]], seed: int, device, reveal: float = 0.5) -> list[CanvasItem]:
+def random_items(model, specs: list[tuple[int, int, float]], seed: int, device,
+                 reveal: float = 0.5) -> list[CanvasItem]:
     """Canvases of the reference's layout: (words of text, target frames, guidance) each.
 
     Built by the reference's `_prepare_inference_inputs`; a fraction `reveal` of each target
@@ -52,7 +53,8 @@ def reference_target_logits(model, canvas: PackedCanvas) -> torch.Tensor:
     c = model.config.num_audio_codebook
     device = model.audio_heads.weight.device
     cond = [torch.cat([it.prefix_ids, it.tokens], 1) for it in items]
-    cmask = [torch.cat([it.prefix_audio_mask, torch.ones(it.target_len, dtype=torch.bool, device=device)]) for it in items]
+    cmask = [torch.cat([it.prefix_audio_mask, torch.ones(it.target_len, dtype=torch.bool, device=device)])
+             for it in items]
     max_len = max(x.shape[1] for x in cond)
     ids = torch.full((2 * b, c, max_len), model.config.audio_mask_id, dtype=torch.long, device=device)
     amask = torch.zeros(2 * b, max_len, dtype=torch.bool, device=device)

@@ -32,6 +32,8 @@ EXTREME = {
 
 
 def run(checkpoint: str, dtype: str, device: str = "cuda") -> dict:
+    import random
+
     import torch
 
     from bench.engine_bench import Sink
@@ -40,8 +42,6 @@ def run(checkpoint: str, dtype: str, device: str = "cuda") -> dict:
     from server.config import EngineSettings
     from server.engine.loop import EngineLoop
     from server.engine.types import GenerationOptions, SynthesisRequest
-
-    import random
 
     engine = EngineLoop.load(checkpoint, EngineSettings(device=device, dtype=dtype, max_batch_size=64,
                                                         max_packed_tokens=32768))

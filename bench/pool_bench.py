@@ -9,11 +9,11 @@ several GPUs the pool runs each engine in its own process, as `chorus serve` doe
 
 from __future__ import annotations
 
-from bench.metrics import emit_report
-
 import argparse
 import sys
 import time
+
+from bench.metrics import emit_report
 
 
 def run(checkpoint: str, devices: str, dtype: str, n: int, max_batch_size: int, max_packed_tokens: int) -> dict:

@@ -73,7 +73,7 @@ def run(repeats: int) -> dict:
             identical = all(
                 np.array_equal(post_process(audio, rms, pp, RATE), reference_post_process(audio, rms, pp))
                 for rms in (None, 0.05) for pp in (True, False))
-            hop = lambda: pool.submit(post_process, audio, 0.05, True, RATE).result()  # noqa: E731
+            hop = lambda: pool.submit(post_process, audio, 0.05, True, RATE).result()
             hop()
             out["chunks"][f"{seconds}s"] = {
                 "identical": identical,

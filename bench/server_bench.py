@@ -13,8 +13,6 @@ event loop, framing, loopback). Prints one JSON document.
 
 from __future__ import annotations
 
-from bench.metrics import emit_report, stats
-
 import argparse
 import asyncio
 import json
@@ -23,6 +21,8 @@ import subprocess
 import sys
 import threading
 import time
+
+from bench.metrics import emit_report, stats
 
 TEXTS = [
     "The quick brown fox jumps over the lazy dog.",

@@ -56,7 +56,7 @@ class Client:
         self._reader = asyncio.create_task(self._read())
 
     @classmethod
-    async def connect(cls, url: str) -> "Client":
+    async def connect(cls, url: str) -> Client:
         import websockets
 
         ws = await websockets.connect(url, max_size=MAX_FRAME)  # a default client, as users run it

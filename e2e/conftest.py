@@ -11,7 +11,6 @@ import os
 import re
 
 import pytest
-
 from browser_harness import CHROMIUM, CHROMIUM_ARGS, ChorusServer, start_server
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 
 import soundfile as sf
-from playwright.sync_api import Page, expect
-
 from browser_harness import LONG, ChorusServer, generate, job_value, open_page, set_knobs, shot
+from playwright.sync_api import Page, expect
 
 BUILTIN = ["alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage", "shimmer", "verse",
            "marin", "cedar"]
@@ -46,7 +46,7 @@ def test_download_as_mp3(page: Page, chorus_server: ChorusServer):
         mp3.click()
     download = info.value
     assert download.suggested_filename.endswith(".mp3")
-    data = open(download.path(), "rb").read()
+    data = Path(download.path()).read_bytes()
     audio, rate = sf.read(io.BytesIO(data))
     assert rate == 24000 and len(audio) > rate // 2
     # The same request and seed: the same length as what was heard, give or take the

@@ -5,9 +5,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from playwright.sync_api import Page, expect
-
 from browser_harness import LONG, SENTENCES, ChorusServer, generate, set_knobs, shot, start_server
+from playwright.sync_api import Page, expect
 
 KEY = "e2e-secret-key"
 

@@ -8,15 +8,24 @@ from __future__ import annotations
 
 import re
 import wave
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Page, expect
-
 from browser_harness import (
-    LONG, SENTENCES, ChorusServer, events, generate, job_value, make_wav, open_page, record_job_events,
-    set_knobs, shot,
+    LONG,
+    SENTENCES,
+    ChorusServer,
+    events,
+    generate,
+    job_value,
+    make_wav,
+    open_page,
+    record_job_events,
+    set_knobs,
+    shot,
 )
+from playwright.sync_api import Page, expect
 
 # ---------------------------------------------------------------------------------------------
 
@@ -106,7 +115,7 @@ def test_generate_streams_plays_and_downloads(page: Page, chorus_server: ChorusS
     stats = page.evaluate("(id) => window.chorusAudioStats.byJob[id]", job_id)
     assert stats == {"samples": received, "chunks": chunks}
     segments = job_value(page, job_id, "job.player.segments")
-    for a, b in zip(segments, segments[1:]):
+    for a, b in pairwise(segments):
         assert b["t0"] >= a["t0"] + a["n"] / a["rate"] - 1e-6, "chunks overlap"
 
     # The waveform has been drawn.

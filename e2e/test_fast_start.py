@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import json
 
-from playwright.sync_api import Page, expect
-
 from browser_harness import LONG, SENTENCES, ChorusServer, generate, job_value, open_page, set_knobs
+from playwright.sync_api import Page, expect
 
 
 def test_long_texts_start_fast(page: Page, chorus_server: ChorusServer):

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import json
 
-from playwright.sync_api import Page, expect
-
 from browser_harness import LONG, ChorusServer, open_page, set_knobs, shot
+from playwright.sync_api import Page, expect
 
 TYPED = "The first sentence is here. And a second one follows it. "
 
@@ -64,7 +63,8 @@ def test_typing_in_live_mode_is_heard_sentence_by_sentence(page: Page, chorus_se
     assert kinds[0] == "stream_open" and kinds[-1] == "stream_close", kinds
     assert kinds.count("stream_append") >= 2, "text was not sent as it was typed"
     opened = next(m for m in sent if m["type"] == "stream_open")
-    typed = opened.get("text", "") + "".join(m["text"] for m in sent if m["type"] == "stream_append" and m["id"] == live_id)
+    appended = [m["text"] for m in sent if m["type"] == "stream_append" and m["id"] == live_id]
+    typed = opened.get("text", "") + "".join(appended)
     assert typed == TYPED
 
 

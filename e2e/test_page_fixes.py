@@ -12,9 +12,8 @@ import json
 import re
 from pathlib import Path
 
-from playwright.sync_api import Page, expect
-
 from browser_harness import LONG, SENTENCES, ChorusServer, generate, job_value, make_wav, open_page, set_knobs, shot
+from playwright.sync_api import Page, expect
 
 
 def open_add_voice(page: Page) -> None:
@@ -116,7 +115,7 @@ def test_results_play_one_at_a_time_and_play_now_jumps(page: Page, chorus_server
 
     # With "one at a time" off, a new result plays at once, beside the one playing.
     page.uncheck("#play-one-at-a-time")
-    fourth, fourth_id = generate(page, " ".join(SENTENCES))
+    fourth, _ = generate(page, " ".join(SENTENCES))
     expect(fourth).to_have_attribute("data-playback", "playing", timeout=LONG)
 
 

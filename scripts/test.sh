@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Set up .venv with the dev extras and run the whole test suite (unit, integration, browser).
+# Set up .venv with the dev extras, lint, and run the whole test suite (unit, integration, browser).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+# The linter first (pyproject.toml's [tool.ruff]): a finding fails the run before any test.
+.venv/bin/ruff check .
 # The browser tests (e2e/) drive Debian's Chromium, and the shared voice library is tested
 # against a real PostgreSQL server: install what is missing.
 missing=()

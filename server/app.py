@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import AsyncIterator
 
 from litestar import Litestar, Router
 from litestar.config.cors import CORSConfig
@@ -24,8 +24,13 @@ from litestar.exceptions import HTTPException
 
 from server.api import ops, speech, stream, voices
 from server.api.auth import require_api_key, require_known_host
-from server.api.errors import (ApiError, api_error_handler, error_response, http_exception_handler,
-                               internal_error_handler)
+from server.api.errors import (
+    ApiError,
+    api_error_handler,
+    error_response,
+    http_exception_handler,
+    internal_error_handler,
+)
 from server.audio_io import AudioLimits
 from server.builtin_voices import model_key
 from server.config import ServerConfig

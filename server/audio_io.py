@@ -149,7 +149,7 @@ async def decode_in_thread(fn, *args, what: str, limits: AudioLimits) -> Decoded
     future = loop.run_in_executor(_DECODERS, fn, *args)
     try:
         return await asyncio.wait_for(future, timeout=limits.timeout_s + 1.0)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         raise AudioError(f"{what}: took too long to decode; send a simpler {_FORMATS_TEXT} file") from None
 
 

@@ -10,7 +10,6 @@ import re
 import socket
 from pathlib import Path
 
-
 # org/name as the Hugging Face hub spells repository ids
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 

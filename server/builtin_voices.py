@@ -84,7 +84,7 @@ def builtin_info(name: str, seconds: float = SECONDS) -> VoiceInfo:
 class BuiltinVoices:
     """The built-in voices of one service: made on first use, then held in memory."""
 
-    def __init__(self, service: "SynthesisService"):
+    def __init__(self, service: SynthesisService):
         self._service = service
         self.model_key = service.model_name  # the app sets `model_key(...)` once it knows the folder
         self._made: dict[str, VoicePrompt] = {}

@@ -330,7 +330,7 @@ def _serve(args: argparse.Namespace) -> int:
         logging.getLogger("chorus").debug("the start failed", exc_info=True)
         print(f"chorus serve: {exc}", file=sys.stderr)
         return 1
-    except Exception as exc:  # noqa: BLE001 - anything else that stops a start: still one line
+    except Exception as exc:  # anything else that stops a start: still one line
         logging.getLogger("chorus").debug("the start failed", exc_info=True)
         print(f"chorus serve: could not start: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}\n"
               "Run with --log-level debug for the details.", file=sys.stderr)

@@ -99,7 +99,7 @@ class ServerConfig:
         return self.max_reference_bytes + 1024 * 1024
 
     @classmethod
-    def from_env(cls) -> "ServerConfig":
+    def from_env(cls) -> ServerConfig:
         cfg = cls()
         cfg.model = _env("CHORUS_MODEL")
         cfg.api_key = _env("CHORUS_API_KEY")

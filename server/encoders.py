@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import soxr
@@ -137,7 +138,7 @@ class _AVBase(StreamEncoder):
 class AVEncoder(_AVBase):
     """mp3 / aac (ADTS) / opus (Ogg) through PyAV's encoders and muxers, packet by packet."""
 
-    _CODECS = {"mp3": ("mp3", "libmp3lame", {}),
+    _CODECS: ClassVar[dict[str, tuple[str, str, dict]]] = {"mp3": ("mp3", "libmp3lame", {}),
                "aac": ("adts", "aac", {}),
                # a page every 100 ms at most, so a chunk's audio leaves with the chunk
                "opus": ("ogg", "libopus", {"page_duration": "100000"})}

@@ -56,7 +56,7 @@ class ServerProcess:
         assert self.proc is not None
         return self.proc.pid
 
-    def start(self, timeout: float = START_TIMEOUT_S) -> "ServerProcess":
+    def start(self, timeout: float = START_TIMEOUT_S) -> ServerProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = dict(self.env, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
         launch = ["-m", "server"] if self.fd_limit is None else ["-c", _LIMITED.format(self.fd_limit)]
@@ -118,7 +118,7 @@ class ServerProcess:
         self.proc = None
         return status
 
-    def restart(self) -> "ServerProcess":
+    def restart(self) -> ServerProcess:
         """Stop, then start again on the same port with the same flags."""
         self.stop()
         return self.start()

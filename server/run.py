@@ -130,7 +130,7 @@ class _Shutdown:
 
         try:
             await drain(self.app, self.drain_seconds, self.hurry)
-        except Exception:  # noqa: BLE001 - stop anyway
+        except Exception:  # stop anyway
             log.exception("draining failed")
         finally:
             self.server.should_exit = True
@@ -142,7 +142,7 @@ async def _load(cfg: ServerConfig):
 
     try:
         return await load_engines(cfg)
-    except Exception as exc:  # noqa: BLE001 - any failure to load is the model's
+    except Exception as exc:  # any failure to load is the model's
         log.debug("loading the model failed", exc_info=True)
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
         raise StartupError(f"--model {cfg.model}: could not load it ({reason})") from exc

@@ -12,13 +12,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
 from server.audio_io import AudioError, AudioLimits, DecodedAudio, decode_base64_audio, decode_in_thread
+from server.builtin_voices import BUILTIN_NAMES, BuiltinVoices
 from server.engine.types import (
     SHUTTING_DOWN,
     Accepted,
@@ -31,7 +33,6 @@ from server.engine.types import (
     SynthesisRequest,
     VoicePrompt,
 )
-from server.builtin_voices import BUILTIN_NAMES, BuiltinVoices
 from server.metrics import Metrics
 from server.voices import LibraryFull, VoiceInfo, VoiceLibrary
 
@@ -207,7 +208,7 @@ class SynthesisService:
     def _on_event(self, job: _Job, event: EngineEvent) -> None:
         try:
             finished = job.on_event(event)
-        except Exception:  # noqa: BLE001 - a consumer's failure must not lose the bookkeeping
+        except Exception:  # a consumer's failure must not lose the bookkeeping
             log.exception("delivering an event failed", extra={"request_id": job.request_id})
             finished = event if isinstance(event, Finished) else None
         if finished is None:

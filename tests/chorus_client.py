@@ -66,7 +66,7 @@ class Session:
         self.outcomes: dict[str, Outcome] = {}
 
     @classmethod
-    async def open(cls, url: str, **kwargs) -> "Session":
+    async def open(cls, url: str, **kwargs) -> Session:
         ws = await websockets.connect(url, max_size=None, **kwargs)
         ready = json.loads(await ws.recv())
         assert ready["type"] == "ready", ready

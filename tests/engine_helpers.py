@@ -6,7 +6,6 @@ import threading
 from collections import defaultdict
 
 import numpy as np
-import torch
 
 from server.engine.types import ChunkAudio, ChunkTokens, Finished, Progress
 

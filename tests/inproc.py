@@ -47,7 +47,7 @@ class InProcessServer:
     def ws_url(self) -> str:
         return self.url.replace("http://", "ws://") + "/v1/stream"
 
-    def start(self) -> "InProcessServer":
+    def start(self) -> InProcessServer:
         from server.app import create_app
         from server.run import bind_socket, http_server
 

@@ -39,7 +39,7 @@ class PostgresServer:
     def dsn(self) -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
 
-    def start(self) -> "PostgresServer":
+    def start(self) -> PostgresServer:
         self.root.mkdir(parents=True, exist_ok=True)
         if os.geteuid() == 0:
             shutil.chown(self.root, "postgres")

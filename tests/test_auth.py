@@ -42,7 +42,7 @@ def ws_outcome(url: str, **kwargs) -> tuple[dict | str, int | None]:
                 await asyncio.wait_for(ws.recv(), timeout=30)
             except websockets.ConnectionClosed as exc:
                 return first, exc.rcvd.code if exc.rcvd else None
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 return first, None
             return first, None
 

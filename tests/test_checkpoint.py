@@ -90,7 +90,6 @@ def test_reference_generate_voice_cloning(reference_model, reference_clip):
 
 
 def test_full_size_architecture_without_running_it():
-    from omnivoice.models.omnivoice import OmniVoice, OmniVoiceConfig
     from transformers import HiggsAudioV2TokenizerConfig
 
     spec = SPECS["full"]

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from server.config import EngineSettings
-from server.engine.backbone import OmniVoiceBackbone
 from server.engine.attention import TorchAttention
+from server.engine.backbone import OmniVoiceBackbone
 from server.engine.canvas import CanvasItem, build_packed_canvas
 from server.engine.loop import EngineLoop
 from server.engine.types import GenerationOptions, SynthesisRequest, VoicePrompt
@@ -145,7 +145,7 @@ def test_five_requests_joining_at_different_steps(engine, reference_model):
     steps = list(engine.step_log)[start:]
     assert max(s.items for s in steps) >= 3  # they really shared steps
     assert sum(s.admitted for s in steps) == 5
-    for i, req in enumerate(requests):
+    for req in requests:
         assert c.outcome(req.request_id) == "done"
         _assert_same_as_reference(reference_model, c, req.request_id, req.text, req.options)
 
@@ -234,7 +234,7 @@ def test_voice_encoding_equals_reference(engine, reference_model, reference_clip
     ("Designed 你好 voice.", False, "zh", "female, low pitch", True),
 ])
 def test_host_built_canvas_equals_reference_prepare_inputs(reference_model, voice, text, ref, lang, instruct, denoise):
-    from server.engine.request import RequestPlan, ChunkPlan, RequestState, build_utterance
+    from server.engine.request import ChunkPlan, RequestPlan, RequestState, build_utterance
 
     _, vp = voice
     model = reference_model

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-
-import numpy as np
 import pytest
 import torch
 

@@ -70,7 +70,7 @@ class WellBehaved:
         except Exception as exc:  # noqa: BLE001 - reported by check()
             self.failures.append(repr(exc))
 
-    def __enter__(self) -> "WellBehaved":
+    def __enter__(self) -> WellBehaved:
         self.thread.start()
         return self
 

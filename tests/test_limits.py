@@ -117,7 +117,7 @@ def test_decoding_is_time_bounded(monkeypatch):
     async def go():
         await audio_io.decode_in_thread(hangs, what="audio", limits=AudioLimits(timeout_s=0.1))
 
-    with pytest.raises(AudioError, match="^audio: took too long to decode"):
+    with pytest.raises(AudioError, match=r"^audio: took too long to decode"):
         asyncio.run(go())
 
 

@@ -59,7 +59,7 @@ def test_multi_chunk_wav_is_streamed_and_readable(chorus_server):
         pieces = list(r.iter_raw())
     data = b"".join(pieces)
     assert data[4:8] == b"\xff\xff\xff\xff"  # streamed WAV: length unknown up front
-    samples, rate = sf.read(io.BytesIO(data), dtype="int16")
+    samples, _ = sf.read(io.BytesIO(data), dtype="int16")
     assert samples.tobytes() == pcm_of(chorus_server.url, LONG_TEXT, **KNOBS, **MULTI)
 
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests import pg_server
-
-import os
 
 if os.environ.get("CHORUS_REQUIRE_POSTGRES") == "1":
     assert pg_server.available(), "PostgreSQL is required here (scripts/test.sh installs it)"

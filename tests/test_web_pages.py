@@ -28,7 +28,8 @@ def boot(html: str) -> dict:
 
 
 def test_demo_checkpoint_page_says_so():
-    with TestClient(page_app(demo_model=True, model_name="omnivoice-random-demo", max_text_chars=1234), base_url="http://test.localhost") as client:
+    app = page_app(demo_model=True, model_name="omnivoice-random-demo", max_text_chars=1234)
+    with TestClient(app, base_url="http://test.localhost") as client:
         res = client.get("/")
     assert res.status_code == 200
     assert res.headers["content-type"].startswith("text/html")
@@ -42,7 +43,8 @@ def test_demo_checkpoint_page_says_so():
 
 
 def test_real_model_page_has_no_notice_and_asks_for_a_key():
-    with TestClient(page_app(demo_model=False, model_name="OmniVoice", api_key="k"), base_url="http://test.localhost") as client:
+    app = page_app(demo_model=False, model_name="OmniVoice", api_key="k")
+    with TestClient(app, base_url="http://test.localhost") as client:
         res = client.get("/")
     assert 'id="demo-notice"' not in res.text
     data = boot(res.text)

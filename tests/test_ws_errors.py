@@ -9,7 +9,6 @@ import base64
 import io
 
 import httpx
-import numpy as np
 import pytest
 import soundfile as sf
 import websockets

@@ -9,7 +9,6 @@ import asyncio
 import base64
 import io
 
-import numpy as np
 import pytest
 import soundfile as sf
 
@@ -214,7 +213,7 @@ def test_bad_stream_frames_are_answered(chorus_server):
         await s.close()
         return unknown, knob, missing, no_text, dup, out
 
-    unknown, knob, missing, no_text, dup, out = run(main())
+    unknown, knob, _, no_text, dup, out = run(main())
     assert "no open stream" in unknown["message"]
     assert knob["message"].startswith("options.num_step")
     assert no_text["message"] == "text: required"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 from litestar import WebSocket
 
@@ -86,7 +86,7 @@ class Outbox:
         if flush:
             try:
                 await asyncio.wait_for(self._queue.join(), FLUSH_SECONDS)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
         self.broken = True
         self.discard()

@@ -16,7 +16,7 @@ import itertools
 import json
 import logging
 import time
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 import msgspec
 import numpy as np

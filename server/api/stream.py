@@ -23,8 +23,8 @@ from litestar import WebSocket, websocket
 from server import protocol as p
 from server.api.auth import HOST_REFUSED, host_allowed, is_authorized, origin_allowed
 from server.api.outbox import Outbox
-from server.encoders import StreamEncoder, default_rate, ws_encoder
 from server.config import ServerConfig
+from server.encoders import StreamEncoder, default_rate, ws_encoder
 from server.engine.types import Accepted, ChunkAudio, Finished, Progress, SynthesisRequest
 from server.service import ServiceError, SynthesisService
 from server.streaming.streams import ConnectionStreams
@@ -67,7 +67,7 @@ class Connection:
 
     # ---- lifecycle ----------------------------------------------------------------------
 
-    async def serve(self, registry: set["Connection"]) -> None:
+    async def serve(self, registry: set[Connection]) -> None:
         await self.socket.accept()
         if not host_allowed(self.socket, self.cfg.served_hosts):
             await self._refuse_connection(HOST_REFUSED)
@@ -158,7 +158,7 @@ class Connection:
         except p.ProtocolError as exc:
             self._refuse(exc.request_id, exc.code, exc.message, exc.field)
             return
-        except Exception:  # noqa: BLE001 - a bug in parsing must not end the connection
+        except Exception:  # a bug in parsing must not end the connection
             log.exception("reading a frame failed", extra={"connection": self.prefix})
             self._refuse(None, "internal", "the server failed to read this frame")
             return
@@ -212,7 +212,7 @@ class Connection:
         except ServiceError as exc:
             self._end(req, p.ErrorMsg(req.client_id, exc.code, exc.message, exc.field))
             return
-        except Exception:  # noqa: BLE001 - a bug here fails this request only
+        except Exception:  # a bug here fails this request only
             log.exception("starting a request failed", extra={"request_id": req.request_id})
             self._end(req, p.ErrorMsg(req.client_id, "internal", "the server failed to start this request"))
             return

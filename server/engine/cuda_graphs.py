@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import logging
 from bisect import bisect_left
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 
@@ -150,6 +150,7 @@ class StepGraphs:
         """Capture graphs ahead of traffic (all buckets by default); returns how many exist."""
         for tokens in self.token_buckets:
             for docs in self.doc_buckets:
-                if (buckets is None or (tokens, docs) in buckets) and docs < tokens and (tokens, docs) not in self.captured:
+                wanted = buckets is None or (tokens, docs) in buckets
+                if wanted and docs < tokens and (tokens, docs) not in self.captured:
                     self.capture((tokens, docs))
         return len(self.captured)

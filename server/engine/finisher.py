@@ -14,8 +14,8 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
 
 import numpy as np
 import torch
@@ -78,7 +78,7 @@ class Finisher:
             else:
                 self._post(post_process, raw, rms, postprocess, self.codec.sample_rate,
                            on_done=lambda audio: ChunkDecoded(state, index, tokens_host, audio, post_processed=True))
-        except Exception as exc:  # noqa: BLE001 - handed to the engine thread, fails that request
+        except Exception as exc:  # handed to the engine thread, fails that request
             log.exception("decoding chunk %d failed", index)
             self.deliver(FinishFailed(state, index, exc))
 
@@ -89,7 +89,7 @@ class Finisher:
         try:
             self._post(join_and_post_process, chunks, rms, postprocess, self.codec.sample_rate,
                        on_done=lambda audio: WholeReady(state, audio))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             log.exception("post-processing failed")
             self.deliver(FinishFailed(state, 0, exc))
 

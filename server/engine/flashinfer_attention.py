@@ -139,7 +139,7 @@ class FlashInferAttention:
                out: torch.Tensor | None = None) -> torch.Tensor:
         return plan.run(q, k, v, out=out)
 
-    def graph_planner(self, num_docs: int, max_rows: int) -> "GraphPlanner":
+    def graph_planner(self, num_docs: int, max_rows: int) -> GraphPlanner:
         return GraphPlanner(self, num_docs, max_rows)
 
 

@@ -32,8 +32,8 @@ import torch.nn.functional as F
 
 from server.engine.attention import AttentionBackend, head_dim_of, make_attention_backend
 from server.engine.canvas import PackedCanvas
-from server.engine.fp8 import Fp8Linear, QuantizationUnsupported, check_fp8_device, quantize_weight
 from server.engine.cuda_graphs import GRAPH_DOC_BUCKETS, GRAPH_TOKEN_BUCKETS, ForwardStats, StepGraphs, pad_doc_lens
+from server.engine.fp8 import Fp8Linear, QuantizationUnsupported, check_fp8_device, quantize_weight
 from server.engine.kernels import FlashInferOps, TorchOps
 
 log = logging.getLogger(__name__)
@@ -242,6 +242,7 @@ def make_backbone(model, attention="auto", *, graphs: bool = True, quantize: str
                  f"up to {fused.graph_max_tokens} tokens" if fused.graphs_enabled else "off")
         return fused
     if quantize is not None:
-        raise QuantizationUnsupported(f"--quantize {quantize} needs the fused FlashInfer path, which is unavailable here")
+        raise QuantizationUnsupported(
+            f"--quantize {quantize} needs the fused FlashInfer path, which is unavailable here")
     log.info("backbone: reference modules, %s attention on %s", backend.name, device.type)
     return OmniVoiceBackbone(model, backend)

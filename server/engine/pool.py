@@ -18,8 +18,15 @@ import numpy as np
 from server.config import EngineSettings
 from server.engine.audio_budget import AudioBudget
 from server.engine.loop import EngineLoop
-from server.engine.types import (Accepted, EngineEvent, EngineStats, EventSink, Finished, RequestRejected,
-                                 SynthesisRequest)
+from server.engine.types import (
+    Accepted,
+    EngineEvent,
+    EngineStats,
+    EventSink,
+    Finished,
+    RequestRejected,
+    SynthesisRequest,
+)
 
 log = logging.getLogger("chorus.engine")
 
@@ -52,7 +59,7 @@ class EnginePool:
         self._cost: dict[str, int] = {}
 
     @classmethod
-    def load(cls, model_path: str, settings: EngineSettings, asr_model: str | None = None) -> "EnginePool":
+    def load(cls, model_path: str, settings: EngineSettings, asr_model: str | None = None) -> EnginePool:
         """One engine per device; each in its own process (`engine_processes`, by default when
         there are several devices: one GIL per GPU), else a thread of this one."""
         from dataclasses import replace

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
+from itertools import pairwise
 
 import numpy as np
 
@@ -139,7 +140,7 @@ def _nonsilent_ranges(frames: _Frames, min_len: int, step: int) -> list[list[int
 def _split_on_silence(frames: _Frames, min_len: int, keep: int, step: int) -> list[_Frames]:
     """`pydub.silence.split_on_silence` (keep_silence in ms)."""
     ranges = [[start - keep, end + keep] for start, end in _nonsilent_ranges(frames, min_len, step)]
-    for before, after in zip(ranges, ranges[1:]):
+    for before, after in pairwise(ranges):
         if after[0] < before[1]:
             before[1] = (before[1] + after[0]) // 2
             after[0] = before[1]

@@ -23,8 +23,9 @@ import logging
 import multiprocessing
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -59,7 +60,7 @@ def _child_main(conn, model_path: str, settings: EngineSettings, name: str, asr_
         return
     send(("ready", {"sample_rate": engine.sample_rate, "frame_rate": engine.frame_rate,
                     "model_name": engine.model_name, "random": engine.is_random_checkpoint}))
-    sink = lambda event: send(("event", event))  # noqa: E731 - called on the engine thread
+    sink = lambda event: send(("event", event))  # called on the engine thread
 
     def reply_when_done(call: int, future: Future) -> None:
         def done(f: Future) -> None:
@@ -160,7 +161,7 @@ class EngineProcess:
         if sink is not None:
             try:
                 sink(event)
-            except Exception:  # noqa: BLE001 - a consumer's bug must not stop the reader
+            except Exception:  # a consumer's bug must not stop the reader
                 log.exception("%s: event sink failed", self.name)
 
     def _child_died(self) -> None:
@@ -176,14 +177,14 @@ class EngineProcess:
         for request_id, sink in sinks.items():
             try:
                 sink(Finished(request_id, "error", DIED))
-            except Exception:  # noqa: BLE001
+            except Exception:
                 log.exception("%s: event sink failed", self.name)
         while not self._stopping:
             try:
                 self._spawn()
                 self.restarts += 1
                 return
-            except Exception:  # noqa: BLE001 - keep trying, but not in a tight loop
+            except Exception:  # keep trying, but not in a tight loop
                 log.exception("%s: restarting the engine process failed", self.name)
                 time.sleep(5.0)
 

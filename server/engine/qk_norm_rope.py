@@ -73,7 +73,8 @@ def available(device: torch.device | None = None) -> bool:
 
 def qk_norm_rope(qkv: torch.Tensor, weights: torch.Tensor, pos: torch.Tensor, num_q_heads: int,
                  num_kv_heads: int, eps: float, theta: float,
-                 q_out: torch.Tensor | None = None, k_out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                 q_out: torch.Tensor | None = None,
+                 k_out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """qkv (S, Hq + 2 Hkv, D) (last dim contiguous), weights (2, D) = [q_norm; k_norm],
     pos (S,) -> q (S, Hq, D), k (S, Hkv, D), normalised and rotated."""
     seq, _, d = qkv.shape

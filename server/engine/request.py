@@ -22,10 +22,10 @@ from server.engine.upstream_names import (
     ZH_RE,
     chunk_text_punctuation,
     combine_text,
-    tokenize_with_nonverbal_tags,
     get_time_steps,
     resolve_instruct,
     resolve_language,
+    tokenize_with_nonverbal_tags,
 )
 from server.options import first_problem
 from server.visible_text import has_visible_text
@@ -223,7 +223,7 @@ class RequestState:
     def ended(self, outcome: str, message: str | None, sample_rate: int) -> Finished:
         """The request's one terminal event, with its timings (ms since submission)."""
         now = time.perf_counter()
-        ms = lambda t: round((t - self.submitted_at) * 1000.0, 3)  # noqa: E731
+        ms = lambda t: round((t - self.submitted_at) * 1000.0, 3)
         return Finished(
             request_id=self.request_id,
             outcome=outcome,  # type: ignore[arg-type]

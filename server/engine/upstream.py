@@ -61,7 +61,7 @@ def missing_names(pairs) -> list[str]:
     for module_name, attr in pairs:
         try:
             module = importlib.import_module(module_name)
-        except Exception as exc:  # ImportError, or an error raised while importing
+        except Exception as exc:  # noqa: BLE001 - ImportError, or an error raised while importing
             missing.append(f"{module_name} (import failed: {exc})")
             continue
         if not hasattr(module, attr):

@@ -160,7 +160,7 @@ async def sample_rss(pid: int | None, report: Report, start: float, stop: asynci
             report.rss_mb.append((time.perf_counter() - start, mb))
         try:
             await asyncio.wait_for(stop.wait(), timeout=every)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
 

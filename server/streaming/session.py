@@ -16,18 +16,23 @@ import asyncio
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Callable
 
 from msgspec import Struct
 
 from server import protocol as p
-from server.encoders import StreamEncoder, default_rate, ws_encoder
 from server.config import StreamLimits
-from server.options import BY_NAME
+from server.encoders import StreamEncoder, default_rate, ws_encoder
 from server.engine.types import (
-    ChunkAudio, ChunkTokens, Finished, GenerationOptions, Progress, SynthesisRequest, VoicePrompt,
+    ChunkAudio,
+    ChunkTokens,
+    Finished,
+    Progress,
+    SynthesisRequest,
+    VoicePrompt,
 )
+from server.options import BY_NAME
 from server.service import ServiceError, SynthesisService
 from server.streaming.frames import SegmentMsg, StreamAudioHeader, StreamProgressMsg
 from server.streaming.segmenter import Segmenter
@@ -47,7 +52,7 @@ class Outlet:
 
     send: Callable[[Struct], None]
     send_bytes: Callable[[bytes], None]
-    ended: Callable[["StreamSession"], None]  # the stream sent its end; forget it
+    ended: Callable[[StreamSession], None]  # the stream sent its end; forget it
 
 
 @dataclass
@@ -113,7 +118,7 @@ class StreamSession:
         except ServiceError as exc:
             self._end(p.ErrorMsg(self.id, exc.code, exc.message))
             return
-        except Exception:  # noqa: BLE001 - a bug here fails this stream only
+        except Exception:  # a bug here fails this stream only
             log.exception("starting a stream failed", extra={"request_id": self.id})
             self._end(p.ErrorMsg(self.id, "internal", "the server failed to start this stream"))
             return

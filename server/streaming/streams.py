@@ -7,7 +7,7 @@ its in-flight limit; this class answers the frames that name no open stream.
 from __future__ import annotations
 
 from collections import deque
-from typing import Callable
+from collections.abc import Callable
 
 from server import protocol as p
 from server.config import StreamLimits
