@@ -250,8 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("chorus bench needs a CUDA GPU", file=sys.stderr)
         return 2
-    from bench import engine_bench as eb
-    from bench import forward as fw
+    from bench import engine_bench as eb, forward as fw
     from bench.mixes import mixed_knobs_mix, plain_mix
     from server.checkpoint import load_omnivoice, make_checkpoint
     from server.config import EngineSettings

@@ -18,8 +18,7 @@ import httpx
 import numpy as np
 import pytest
 import soundfile as sf
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 

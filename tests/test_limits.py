@@ -14,8 +14,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 import websockets
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from server import audio_io
 from server.audio_io import AudioError, AudioLimits

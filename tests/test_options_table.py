@@ -11,8 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from server import options as table
-from server import protocol as p
+from server import options as table, protocol as p
 from server.engine.request import validate_options
 from server.engine.types import GenerationOptions, RequestRejected
 from server.speech_body import parse_speech_request

@@ -10,8 +10,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 from omnivoice.models.omnivoice import OmniVoice, OmniVoiceGenerationConfig
 from omnivoice.utils import audio as reference_audio
 

@@ -36,8 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("FLASHINFER_CUDA_ARCH_LIST", "9.0a")
 
-    from flashinfer.jit import build_jit_specs
-    from flashinfer.jit import env as jit_env
+    from flashinfer.jit import build_jit_specs, env as jit_env
 
     specs = chorus_jit_specs(args.backend)
     build_jit_specs(specs, verbose=True, skip_prebuilt=False)
