@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import websockets
@@ -188,7 +188,7 @@ def summary(modes: dict, minutes: float, gpu: str | None, commit: str | None) ->
     def p95_loaded(mode: dict):
         return ((mode.get("loaded") or {}).get("client_first_audio_ms") or {}).get("p95")
 
-    thr = lambda mode: (mode.get("throughput") or {}).get("audio_s_per_s")  # noqa: E731
+    thr = lambda mode: (mode.get("throughput") or {}).get("audio_s_per_s")
     ratio = round(thr(m) / thr(fifo), 3) if thr(m) and thr(fifo) and main_mode != "fifo" else None
     return {
         "agents_sustained": m.get("agents_sustained"),
@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
                 modes[mode] = ws_bench.run(one_mode(server.ws_url, args, options))
             finally:
                 server.stop()
-    date = datetime.now(timezone.utc)
+    date = datetime.now(UTC)
     commit = git_commit(os.environ.get("CHORUS_COMMIT"))  # set where the checkout has no git history
     result = {
         "summary": summary(modes, (time.perf_counter() - t0) / 60.0, gpu, commit),

@@ -14,7 +14,7 @@ import asyncio
 import ctypes
 import ctypes.util
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 log = logging.getLogger("chorus.memory")
 POLL_SECONDS = 5.0

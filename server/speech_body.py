@@ -12,7 +12,7 @@ import msgspec
 from msgspec import Struct
 
 from server import options as table
-from server.protocol import Options, ProtocolError, decode_json, check_options, describe_validation_error
+from server.protocol import Options, ProtocolError, check_options, decode_json, describe_validation_error
 from server.visible_text import has_visible_text
 
 SpeechFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
