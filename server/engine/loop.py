@@ -199,7 +199,7 @@ class EngineLoop:
             self._closed = True
         self._drain_commands(block=False)
         for state in list(self._states.values()):
-            self._finish(state, "cancelled", "the server is shutting down")
+            self._finish(state, "cancelled", SHUTTING_DOWN)
         self.finisher.shutdown()
         self.voice_encoder.shutdown()
 
