@@ -106,16 +106,21 @@ def test_stalled_bodies_share_one_budget(server):
 
 
 def test_a_websocket_client_that_stops_reading_is_given_up(server):
-    before = metric_value(server.url, "chorus_requests_total", endpoint="stream", outcome="cancelled")
+    def ended() -> float:
+        return sum(metric_value(server.url, "chorus_requests_total", endpoint="stream", outcome=outcome)
+                   for outcome in ("done", "cancelled", "error"))
+
+    before = ended()
     s = connect_ws(_port(server), rcvbuf=4096)
     for i in range(6):
         s.sendall(masked_text_frame(json.dumps({"type": "synthesize", "id": f"r{i}", "text": "Hello there.",
                                                 **LONG})))
     server.wait_for(lambda: "does not read what it is sent" in server.log() or "took nothing we sent" in server.log(),
                     "the server giving up on a client that does not read", timeout=SAFETY_S)
-    server.wait_for(lambda: metric_value(server.url, "chorus_requests_total", endpoint="stream",
-                                         outcome="cancelled") > before,
-                    "its requests cancelled", timeout=SAFETY_S)
+    # each of its requests ended once: done if its audio was all made and queued before the
+    # server gave up, else cancelled then; none is left in flight
+    server.wait_for(lambda: ended() == before + 6, "its requests ended", timeout=SAFETY_S)
+    assert metric_value(server.url, "chorus_inflight_requests") == 0
     s.settimeout(SAFETY_S)
     try:  # the server closed it: reading what is left ends (in a reset or an end of stream), no hang
         while s.recv(1 << 20):
@@ -123,6 +128,24 @@ def test_a_websocket_client_that_stops_reading_is_given_up(server):
     except ConnectionResetError:
         pass
     assert httpx.get(server.url + "/healthz", timeout=SAFETY_S).status_code == 200
+
+
+def test_an_http_client_that_stops_reading_is_dropped(server):
+    def ended() -> float:
+        return sum(metric_value(server.url, "chorus_requests_total", endpoint="speech", outcome=outcome)
+                   for outcome in ("done", "cancelled", "error"))
+
+    before = ended()
+    body = json.dumps({"input": "Hello there.", "response_format": "pcm", "num_step": 2, "duration": 150.0})
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect(("127.0.0.1", _port(server)))  # 7 MB of audio streamed to a client that reads none of it
+    s.sendall(f"POST /v1/audio/speech HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+              f"Content-Length: {len(body)}\r\n\r\n{body}".encode())
+    server.wait_for(lambda: "took nothing we sent" in server.log().rsplit("disconnected", 1)[-1],
+                    "the server dropping it", timeout=SAFETY_S)
+    server.wait_for(lambda: ended() == before + 1, "its request ended", timeout=SAFETY_S)
+    s.close()
 
 
 def test_shutdown_finishes_while_a_client_never_reads(server):
