@@ -6,6 +6,7 @@ package; reports name the git commit they measured. Both come from here.
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -18,7 +19,9 @@ def checkout_root() -> Path | None:
 
 
 def git_commit(given: str | None = None) -> str | None:
-    """`given` if set, else the checkout's `git rev-parse HEAD`, else None (not a git checkout)."""
+    """`given` if set, else `CHORUS_COMMIT`, else the checkout's `git rev-parse HEAD`, else None
+    (a copy of the tree without its history names its commit in `CHORUS_COMMIT`)."""
+    given = given or os.environ.get("CHORUS_COMMIT")
     if given:
         return given
     try:
