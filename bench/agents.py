@@ -38,6 +38,7 @@ from bench.metrics import emit_report, percentile, stats
 from bench.mixes import WORDS, plain_mix
 from server.checkout import git_commit
 from server.launcher import ServerProcess
+from server.loadtest.cli import split_serve_args
 
 SENTENCE_ENDS = ".!?"
 
@@ -235,9 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    serve_args = argv[argv.index("--") + 1 :] if "--" in argv else []
-    args = build_parser().parse_args(argv[: argv.index("--")] if "--" in argv else argv)
+    argv, serve_args = split_serve_args(argv)
+    args = build_parser().parse_args(argv)
     options = {"num_step": args.num_step}
     t0 = time.perf_counter()
     modes: dict[str, dict] = {}

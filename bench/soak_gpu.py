@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -25,6 +24,7 @@ from pathlib import Path
 from bench.metrics import emit_report
 from server.checkout import git_commit
 from server.launcher import ServerProcess
+from server.loadtest.cli import split_serve_args
 from server.loadtest.clients import run_load
 from server.loadtest.report import passed, rss_summary
 
@@ -62,11 +62,7 @@ def _growth_pct(summary: dict) -> float | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    serve_args: list[str] = []
-    if "--" in argv:
-        cut = argv.index("--")
-        argv, serve_args = argv[:cut], argv[cut + 1:]
+    argv, serve_args = split_serve_args(argv)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=5.0)
     parser.add_argument("--clients", type=int, default=60)

@@ -56,12 +56,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def split_serve_args(argv: list[str] | None) -> tuple[list[str], list[str]]:
+    """A load tool's own arguments, and those after `--` for the `chorus serve` it starts."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    serve_args: list[str] = []
-    if "--" in argv:
-        cut = argv.index("--")
-        argv, serve_args = argv[:cut], argv[cut + 1:]
+    if "--" not in argv:
+        return argv, []
+    cut = argv.index("--")
+    return argv[:cut], argv[cut + 1:]
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv, serve_args = split_serve_args(argv)
     args = build_parser().parse_args(argv)
     num_steps = [int(x) for x in args.num_steps.split(",") if x.strip()]
 
