@@ -22,6 +22,25 @@ def tiny_checkpoint(tmp_path_factory) -> Path:
     return make_checkpoint("tiny", tmp_path_factory.mktemp("ckpt") / "tiny", seed=0)
 
 
+@pytest.fixture(scope="module")
+def model(tiny_checkpoint):
+    """A float32 CPU model for one test module's engines (their own instance: engine tests
+    wrap and patch what they run)."""
+    from server.checkpoint import load_omnivoice
+
+    return load_omnivoice(str(tiny_checkpoint), "cpu", "float32")
+
+
+@pytest.fixture(scope="module")
+def engine(model):
+    """A started CPU engine (default settings) on the module's model."""
+    from tests.engine_helpers import start_engine
+
+    eng = start_engine(model)
+    yield eng
+    eng.stop()
+
+
 @pytest.fixture(scope="session")
 def reference_model(tiny_checkpoint):
     """The reference `OmniVoice`, loaded by its own `from_pretrained`, float32 on CPU."""

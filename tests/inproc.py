@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from server.logs import KeyValueFormatter
+from tests.waiting import poll_until
 
 START_TIMEOUT_S = 60.0
 
@@ -99,8 +100,4 @@ class InProcessServer:
 
     def wait_for(self, predicate, what: str, timeout: float = 60.0) -> None:
         """Poll `predicate()` until true (for effects that land a step later, e.g. a cancel)."""
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{what}: not seen within {timeout:.0f}s")
-            time.sleep(0.05)
+        poll_until(predicate, what, timeout)

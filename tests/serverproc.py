@@ -6,10 +6,10 @@ fails. Tests that need no process use `tests.inproc` instead."""
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 from server.launcher import ServerProcess
+from tests.waiting import poll_until
 
 
 class ChorusServer(ServerProcess):
@@ -25,8 +25,4 @@ class ChorusServer(ServerProcess):
 
     def wait_for(self, predicate, what: str, timeout: float = 60.0) -> None:
         """Poll `predicate()` until true (for effects that land a step later, e.g. a cancel)."""
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{what}: not seen within {timeout:.0f}s")
-            time.sleep(0.05)
+        poll_until(predicate, what, timeout)

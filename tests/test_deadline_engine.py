@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 
 import numpy as np
-import pytest
 
 from server.config import EngineSettings
 from server.engine.loop import EngineLoop
@@ -15,13 +14,6 @@ from server.engine.types import GenerationOptions, Progress, SynthesisRequest
 from tests.engine_helpers import Collector
 
 TEXT = "A sentence the listener will only hear much later."
-
-
-@pytest.fixture(scope="module")
-def model(tiny_checkpoint):
-    from server.checkpoint import load_omnivoice
-
-    return load_omnivoice(str(tiny_checkpoint), "cpu", "float32")
 
 
 def _packed_len(model, request: SynthesisRequest) -> int:

@@ -11,11 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from server.config import EngineSettings
 from server.engine.attention import TorchAttention
 from server.engine.backbone import OmniVoiceBackbone
 from server.engine.canvas import CanvasItem, build_packed_canvas
-from server.engine.loop import EngineLoop
 from server.engine.types import GenerationOptions, SynthesisRequest, VoicePrompt
 from tests.engine_helpers import GREEDY, Collector, reference_generate
 
@@ -26,14 +24,6 @@ TEXTS = [
     "Short one!",
     "Numbers like 42 and names like Ada Lovelace are fine too.",
 ]
-
-
-@pytest.fixture(scope="module")
-def engine(tiny_checkpoint):
-    eng = EngineLoop.load(str(tiny_checkpoint), EngineSettings(device="cpu", dtype="float32"))
-    eng.start()
-    yield eng
-    eng.stop()
 
 
 @pytest.fixture(scope="module")

@@ -5,43 +5,19 @@ from __future__ import annotations
 import pytest
 import torch
 
-from server.config import EngineSettings
-from server.engine.loop import EngineLoop
-from server.engine.request import packed_len_of
 from server.engine.scheduler import Scheduler
 from server.engine.types import GenerationOptions, RequestRejected, SynthesisRequest, VoicePrompt
-from tests.engine_helpers import GREEDY, Collector
+from tests.engine_helpers import GREEDY, Collector, packed_len, start_engine
 
 TEXT = "The budget test sentence, of a modest length."
 
 
-@pytest.fixture(scope="module")
-def model(tiny_checkpoint):
-    from server.checkpoint import load_omnivoice
-
-    return load_omnivoice(str(tiny_checkpoint), "cpu", "float32")
-
-
-def _engine(model, **settings) -> EngineLoop:
-    eng = EngineLoop(model, EngineSettings(**settings))
-    eng.start()
-    return eng
-
-
-def _packed_len(eng: EngineLoop, request: SynthesisRequest) -> int:
-    from server.engine.request import RequestState, plan_request
-
-    plan = plan_request(eng.model, request, eng.frame_rate)
-    state = RequestState(request=request, plan=plan, sink=None, seq=0, seed=0)
-    return packed_len_of(eng.model, state, 0)
-
-
 def test_budget_never_exceeded_and_everyone_finishes(model):
-    probe = _engine(model)
-    one = _packed_len(probe, SynthesisRequest("x", TEXT, options=GenerationOptions(num_step=8)))
+    probe = start_engine(model)
+    one = packed_len(probe, SynthesisRequest("x", TEXT, options=GenerationOptions(num_step=8)))
     probe.stop()
     budget = int(one * 2.5)  # room for two at a time
-    eng = _engine(model, max_packed_tokens=budget, max_batch_size=8)
+    eng = start_engine(model, max_packed_tokens=budget, max_batch_size=8)
     try:
         c = Collector()
         ids = [f"b{i}" for i in range(7)]
@@ -59,7 +35,7 @@ def test_budget_never_exceeded_and_everyone_finishes(model):
 
 
 def test_max_batch_size_is_respected(model):
-    eng = _engine(model, max_batch_size=3)
+    eng = start_engine(model, max_batch_size=3)
     try:
         c = Collector()
         ids = [f"m{i}" for i in range(7)]
@@ -72,7 +48,7 @@ def test_max_batch_size_is_respected(model):
 
 
 def test_too_large_request_is_refused_at_submission(model):
-    eng = _engine(model, max_packed_tokens=200)
+    eng = start_engine(model, max_packed_tokens=200)
     try:
         with pytest.raises(RequestRejected, match="packed tokens, over this server's budget of 200") as info:
             eng.submit(SynthesisRequest("big", TEXT * 4), Collector())
@@ -86,10 +62,10 @@ def test_too_large_request_is_refused_at_submission(model):
 
 
 def test_cancel_frees_capacity_at_the_next_step(model):
-    probe = _engine(model)
-    one = _packed_len(probe, SynthesisRequest("x", TEXT, options=GenerationOptions(num_step=64)))
+    probe = start_engine(model)
+    one = packed_len(probe, SynthesisRequest("x", TEXT, options=GenerationOptions(num_step=64)))
     probe.stop()
-    eng = _engine(model, max_packed_tokens=int(one * 1.5))  # one at a time
+    eng = start_engine(model, max_packed_tokens=int(one * 1.5))  # one at a time
     try:
         c = Collector()
         launched_at_cancel = {}
@@ -117,7 +93,7 @@ def test_cancel_frees_capacity_at_the_next_step(model):
 
 
 def test_cancel_unknown_or_finished_is_harmless(model):
-    eng = _engine(model)
+    eng = start_engine(model)
     try:
         c = Collector()
         eng.submit(SynthesisRequest("a", "Hi.", options=GenerationOptions(num_step=3)), c)
@@ -132,7 +108,7 @@ def test_cancel_unknown_or_finished_is_harmless(model):
 
 
 def test_out_of_range_voice_codes_are_refused(model):
-    eng = _engine(model)
+    eng = start_engine(model)
     try:
         for tokens in [torch.full((8, 20), 50_000, dtype=torch.long), torch.zeros((7, 20), dtype=torch.long),
                        torch.full((8, 20), -1, dtype=torch.long), torch.zeros((8, 0), dtype=torch.long)]:
@@ -144,7 +120,7 @@ def test_out_of_range_voice_codes_are_refused(model):
 
 
 def test_an_exception_in_one_item_fails_only_that_request(model):
-    eng = _engine(model)
+    eng = start_engine(model)
     try:
         real_forward = eng.backbone.forward
 
@@ -171,7 +147,7 @@ def test_an_exception_in_one_item_fails_only_that_request(model):
 
 
 def test_non_finite_logits_fail_their_request(model, monkeypatch):
-    eng = _engine(model)
+    eng = start_engine(model)
     try:
         real_forward = eng.backbone.forward
 
@@ -196,7 +172,7 @@ def test_non_finite_logits_fail_their_request(model, monkeypatch):
 
 
 def test_invalid_inputs_are_rejected_with_their_field(model):
-    eng = _engine(model)
+    eng = start_engine(model)
     try:
         cases = [
             (SynthesisRequest("x", "  "), "text"),
@@ -216,7 +192,7 @@ def test_invalid_inputs_are_rejected_with_their_field(model):
 
 
 def test_duplicate_inflight_id_is_refused(model):
-    eng = _engine(model)
+    eng = start_engine(model)
     try:
         c = Collector()
         eng.submit(SynthesisRequest("dup", TEXT, options=GenerationOptions(num_step=30)), c)
@@ -229,7 +205,7 @@ def test_duplicate_inflight_id_is_refused(model):
 
 
 def test_stop_cancels_what_is_left(model):
-    eng = _engine(model)
+    eng = start_engine(model)
     c = Collector()
     for i in range(3):
         eng.submit(SynthesisRequest(f"s{i}", TEXT, options=GenerationOptions(num_step=64)), c)
@@ -268,7 +244,7 @@ def test_scheduler_orders_late_chunks_by_request_arrival():
 
 
 def test_drain_finishes_in_flight_work_and_refuses_new(model):
-    eng = _engine(model)
+    eng = start_engine(model)
     c = Collector()
     eng.submit(SynthesisRequest("quick", TEXT, options=GenerationOptions(num_step=4)), c)
     assert eng.drain(timeout=60) is True
@@ -280,7 +256,7 @@ def test_drain_finishes_in_flight_work_and_refuses_new(model):
 
 
 def test_drain_deadline_then_stop_cancels_the_rest(model):
-    eng = _engine(model)
+    eng = start_engine(model)
     c = Collector()
     eng.submit(SynthesisRequest("slow", TEXT * 3, options=GenerationOptions(num_step=64)), c)
     assert eng.drain(timeout=0.05) is False

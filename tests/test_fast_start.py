@@ -9,10 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from server.config import EngineSettings
 from server.engine import loop as engine_loop
 from server.engine.fast_start import CJK_MARKS, LATIN_MARKS, split_first_chunk
-from server.engine.loop import EngineLoop
 from server.engine.request import plan_request
 from server.engine.types import ChunkAudio, GenerationOptions, SynthesisRequest, VoicePrompt
 from tests.engine_helpers import GREEDY, Collector
@@ -87,14 +85,6 @@ def test_the_default_plan_is_the_references(reference_model, monkeypatch, option
         pass
     plan = _plan(model, EN, **options)
     assert seen and [(c.text, c.target_len) for c in plan.chunks] == seen
-
-
-@pytest.fixture(scope="module")
-def engine(tiny_checkpoint):
-    eng = EngineLoop.load(str(tiny_checkpoint), EngineSettings(device="cpu", dtype="float32"))
-    eng.start()
-    yield eng
-    eng.stop()
 
 
 def test_an_engine_run_with_fast_start_builds_later_chunks_on_chunk_0(engine, monkeypatch):

@@ -10,23 +10,10 @@ from __future__ import annotations
 import asyncio
 import time
 
-import pytest
 import websockets
 
-from server.config import EngineSettings
-from server.engine.loop import EngineLoop
 from server.engine.types import GenerationOptions, SynthesisRequest
 from tests.engine_helpers import Collector
-
-
-@pytest.fixture(scope="module")
-def engine(tiny_checkpoint):
-    from server.checkpoint import load_omnivoice
-
-    eng = EngineLoop(load_omnivoice(str(tiny_checkpoint), "cpu", "float32"), EngineSettings())
-    eng.start()
-    yield eng
-    eng.stop()
 
 
 def test_engine_timings_count_from_when_the_server_received_the_request(engine):

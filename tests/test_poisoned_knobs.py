@@ -28,13 +28,6 @@ POISONS = {
 }
 
 
-@pytest.fixture(scope="module")
-def model(tiny_checkpoint):
-    from server.checkpoint import load_omnivoice
-
-    return load_omnivoice(str(tiny_checkpoint), "cpu", "float32")
-
-
 @pytest.fixture()
 def unchecked(monkeypatch):
     """The engine's own option check off: what a bug in validation would let through."""

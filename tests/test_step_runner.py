@@ -3,30 +3,14 @@ launched step it hands back (moved here from test_engine_scheduling.py with the 
 
 from __future__ import annotations
 
-import pytest
 import torch
 
-from server.config import EngineSettings
-from server.engine.loop import EngineLoop
 from server.engine.request import RequestState, build_utterance, packed_len_of, plan_request
 from server.engine.scheduler import ScheduledBatch
 from server.engine.types import GenerationOptions, SynthesisRequest
-from tests.engine_helpers import Collector
+from tests.engine_helpers import Collector, packed_len, start_engine
 
 TEXT = "The budget test sentence, of a modest length."
-
-
-@pytest.fixture(scope="module")
-def model(tiny_checkpoint):
-    from server.checkpoint import load_omnivoice
-
-    return load_omnivoice(str(tiny_checkpoint), "cpu", "float32")
-
-
-def _engine(model, **settings) -> EngineLoop:
-    eng = EngineLoop(model, EngineSettings(**settings))
-    eng.start()
-    return eng
 
 
 def _state(model, rid: str, seq: int, num_step: int = 4) -> RequestState:
@@ -36,14 +20,8 @@ def _state(model, rid: str, seq: int, num_step: int = 4) -> RequestState:
     return state
 
 
-def _packed_len(eng: EngineLoop, request: SynthesisRequest) -> int:
-    plan = plan_request(eng.model, request, eng.frame_rate)
-    state = RequestState(request=request, plan=plan, sink=None, seq=0, seed=0)
-    return packed_len_of(eng.model, state, 0)
-
-
 def test_out_of_memory_shrinks_the_step_instead_of_failing(model):
-    eng = _engine(model)
+    eng = start_engine(model)
     try:
         real_forward = eng.backbone.forward
         limit = {"tokens": None}
@@ -56,7 +34,7 @@ def test_out_of_memory_shrinks_the_step_instead_of_failing(model):
         eng.backbone = forward_with_small_memory
         c = Collector()
         ids = [f"o{i}" for i in range(4)]
-        probe = _packed_len(eng, SynthesisRequest("x", TEXT, options=GenerationOptions(num_step=6)))
+        probe = packed_len(eng, SynthesisRequest("x", TEXT, options=GenerationOptions(num_step=6)))
         limit["tokens"] = int(probe * 2.5)  # "memory" for two at a time
         for rid in ids:
             eng.submit(SynthesisRequest(rid, TEXT, options=GenerationOptions(num_step=6)), c)

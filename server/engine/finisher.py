@@ -11,7 +11,6 @@ all request bookkeeping stays on the engine thread.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -23,6 +22,7 @@ import torch
 from server.engine.codec import Codec, join_and_post_process, post_process
 from server.engine.commands import ChunkDecoded, Command, FinishFailed, WholeReady
 from server.engine.request import RequestState
+from server.engine.worker_streams import WorkerStreams
 
 log = logging.getLogger("chorus.engine")
 
@@ -33,7 +33,7 @@ class Finisher:
         self.device = device
         self.deliver = deliver
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="chorus-finish")
-        self._local = threading.local()
+        self._streams = WorkerStreams(device)
         # wall time of each post-processing job (ms), measured where it ran, for the bench
         self.post_ms: deque[float] = deque(maxlen=4096)
         self.post_jobs = 0  # post-processing jobs finished, ever
@@ -48,14 +48,6 @@ class Finisher:
         self.post_jobs += 1
         return audio
 
-    def _stream(self):
-        if self.device.type != "cuda":
-            return None
-        if getattr(self._local, "stream", None) is None:
-            torch.cuda.set_device(self.device)  # this worker thread's current GPU
-            self._local.stream = torch.cuda.Stream(self.device)
-        return self._local.stream
-
     def decode(self, state: RequestState, index: int, tokens: torch.Tensor, ready: torch.cuda.Event | None,
                rms: float | None, postprocess: bool | None) -> None:
         """Decode `tokens` once `ready` (an event on the engine's stream) has passed.
@@ -67,7 +59,7 @@ class Finisher:
     def _decode(self, state: RequestState, index: int, tokens: torch.Tensor, ready: torch.cuda.Event | None,
                 rms: float | None, postprocess: bool | None) -> None:
         try:
-            stream = self._stream()
+            stream = self._streams.current()
             with torch.cuda.stream(stream) if stream is not None else _nullcontext():
                 if ready is not None:
                     stream.wait_event(ready)

@@ -9,7 +9,6 @@ the rest queued in arrival order.
 
 from __future__ import annotations
 
-import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
@@ -17,6 +16,7 @@ import torch
 
 from server.engine.codec import Codec
 from server.engine.types import VoicePrompt
+from server.engine.worker_streams import WorkerStreams
 
 ENCODE_WORKERS = 2
 
@@ -26,23 +26,15 @@ class VoiceEncoder:
         self.codec = codec
         self.device = device
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="chorus-encode")
-        self._local = threading.local()
+        self._streams = WorkerStreams(device)
 
     def submit(self, audio: np.ndarray, sample_rate: int, text: str | None) -> Future:
         """Queue one clip; the future gets its `VoicePrompt` (CPU tokens) or the error."""
         return self._pool.submit(self._encode, audio, sample_rate, text)
 
-    def _stream(self) -> torch.cuda.Stream | None:
-        if self.device.type != "cuda":
-            return None
-        if getattr(self._local, "stream", None) is None:
-            torch.cuda.set_device(self.device)  # this worker thread's current GPU
-            self._local.stream = torch.cuda.Stream(self.device)
-        return self._local.stream
-
     def _encode(self, audio: np.ndarray, sample_rate: int, text: str | None) -> VoicePrompt:
         torch.set_grad_enabled(False)
-        stream = self._stream()
+        stream = self._streams.current()
         if stream is None:
             return self.codec.encode_voice(audio, sample_rate, text)
         with torch.cuda.stream(stream):

@@ -20,7 +20,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from server.net.accept_log import Throttled
 from server.net.limits import NetLimits
-from server.net.transport import BoundedCloseTransport
+from server.net.transport import BoundedCloseTransport, WatchedWrites
 
 
 def raw_error(status: int, reason: str, code: str, message: str, retry_after: bool = False) -> bytes:
@@ -37,7 +37,7 @@ _timeouts = Throttled("closing connections whose request did not arrive in time 
                       level=logging.INFO)
 
 
-class GuardedH11Protocol(H11Protocol):
+class GuardedH11Protocol(WatchedWrites, H11Protocol):
     limits: NetLimits  # set by `guarded_http_protocol`
 
     refused = False
@@ -80,14 +80,6 @@ class GuardedH11Protocol(H11Protocol):
                     self._body_timer = self.loop.call_later(self.limits.body_timeout, self._body_timed_out)
             else:
                 self._cancel(header=False)
-
-    def pause_writing(self) -> None:
-        super().pause_writing()
-        self.transport.watch_writes(True)  # type: ignore[attr-defined]
-
-    def resume_writing(self) -> None:
-        super().resume_writing()
-        self.transport.watch_writes(False)  # type: ignore[attr-defined]
 
     # ---- deadlines ------------------------------------------------------------------------
 

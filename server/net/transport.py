@@ -84,3 +84,15 @@ class BoundedCloseTransport:
             self._watch.start()
         elif not self._inner.is_closing():
             self._watch.stop()
+
+
+class WatchedWrites:
+    """Mixin for a uvicorn protocol on a `BoundedCloseTransport`: paused writes are watched."""
+
+    def pause_writing(self) -> None:
+        super().pause_writing()  # type: ignore[misc]
+        self.transport.watch_writes(True)  # type: ignore[attr-defined]
+
+    def resume_writing(self) -> None:
+        super().resume_writing()  # type: ignore[misc]
+        self.transport.watch_writes(False)  # type: ignore[attr-defined]

@@ -12,24 +12,16 @@ import asyncio
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 from server.net.limits import NetLimits
-from server.net.transport import BoundedCloseTransport
+from server.net.transport import BoundedCloseTransport, WatchedWrites
 
 
-class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):
+class GuardedWebSocketProtocol(WatchedWrites, WebSocketsSansIOProtocol):
     limits: NetLimits  # set by `guarded_ws_protocol`
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         if not isinstance(transport, BoundedCloseTransport):  # (the HTTP protocol wraps it first)
             transport = BoundedCloseTransport(transport, self.limits.send_timeout, "WebSocket")  # type: ignore
         super().connection_made(transport)
-
-    def pause_writing(self) -> None:
-        super().pause_writing()
-        self.transport.watch_writes(True)  # type: ignore[attr-defined]
-
-    def resume_writing(self) -> None:
-        super().resume_writing()
-        self.transport.watch_writes(False)  # type: ignore[attr-defined]
 
 
 def guarded_ws_protocol(limits: NetLimits) -> type[GuardedWebSocketProtocol]:
