@@ -50,6 +50,7 @@ class WellBehaved:
         self.server = server
         self.stop = threading.Event()
         self.done = 0
+        self._progress = threading.Condition()
         self.failures: list[str] = []
         self.thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
 
@@ -64,7 +65,9 @@ class WellBehaved:
                 check_request(out, num_step=3)
                 first = first if first is not None else out.payload
                 assert out.payload == first, "the audio changed"
-                self.done += 1
+                with self._progress:
+                    self.done += 1
+                    self._progress.notify_all()
             await s.close()
         except Exception as exc:  # noqa: BLE001 - reported by check()
             self.failures.append(repr(exc))
@@ -74,8 +77,16 @@ class WellBehaved:
         return self
 
     def __exit__(self, *exc) -> None:
+        with self._progress:  # at least one request passes alongside, however fast the rest went
+            self._progress.wait_for(lambda: self.done >= 1 or not self.thread.is_alive(), 120)
         self.stop.set()
         self.thread.join(180)
+
+    def wait_done(self, count: int, timeout: float = 120.0) -> None:
+        """Until `count` requests have passed (or the client failed): no time decides the test."""
+        with self._progress:
+            self._progress.wait_for(lambda: self.done >= count or not self.thread.is_alive(), timeout)
+        assert self.done >= count, (self.failures, self.done)
 
     def check(self) -> None:
         assert not self.thread.is_alive(), "the well-behaved client hangs"
@@ -254,11 +265,13 @@ def test_websocket_fuzz(server):
 def test_a_frame_over_the_limit_closes_1009_and_only_that_connection(server):
     with WellBehaved(server) as good, connect(server.ws_url, max_size=None) as ws:
         ws.recv()
-        ws.send('{"type":"ping","x":"' + "y" * FRAME_LIMIT + '"}')
-        with pytest.raises(ConnectionClosed) as info:
+        good.wait_done(1)
+        with pytest.raises(ConnectionClosed) as info:  # the close may come while it is sent
+            ws.send('{"type":"ping","x":"' + "y" * FRAME_LIMIT + '"}')
             while True:
                 ws.recv(timeout=60)
         assert info.value.rcvd.code == 1009
+        good.wait_done(good.done + 1)  # the other connection goes on after the close
     good.check()
     server_is_fine(server)
 
