@@ -126,6 +126,23 @@ def generate(page: Page, text: str | None = None) -> tuple[Locator, str]:
     return page.locator(f'li.job[data-job-id="{job_id}"]'), job_id
 
 
+def run_job(page: Page, server: ChorusServer, text: str, state: str, **knobs) -> tuple[Locator, str]:
+    """Open the page, set `knobs`, generate `text`; returns the card once it reached `state`."""
+    open_page(page, server)
+    set_knobs(page, **knobs)
+    card, job_id = generate(page, text)
+    expect(card).to_have_attribute("data-state", state, timeout=LONG)
+    return card, job_id
+
+
+def expect_knob_error(page: Page, knob: str, text: str) -> None:
+    """The error shown beside the knob the server's `field` named, and the knob marked invalid."""
+    error = page.locator(f"#knob-{knob}-error")
+    expect(error).to_be_visible()
+    expect(error).to_contain_text(text)
+    expect(page.locator(f"#knob-{knob}")).to_have_attribute("aria-invalid", "true")
+
+
 def job_value(page: Page, job_id: str, expression: str):
     return page.evaluate(f"(id) => {{ const job = window.chorus.jobs.get(id); return {expression}; }}", job_id)
 

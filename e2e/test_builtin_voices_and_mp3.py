@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import soundfile as sf
-from browser_harness import LONG, ChorusServer, generate, job_value, open_page, set_knobs, shot
+from browser_harness import LONG, ChorusServer, generate, job_value, open_page, run_job, set_knobs, shot
 from playwright.sync_api import Page, expect
 
 BUILTIN = ["alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage", "shimmer", "verse",
@@ -36,10 +36,7 @@ def test_builtin_voices_are_offered_and_used(page: Page, chorus_server: ChorusSe
 
 
 def test_download_as_mp3(page: Page, chorus_server: ChorusServer):
-    open_page(page, chorus_server)
-    set_knobs(page, num_step=8)
-    card, job_id = generate(page, "Downloaded as an MP3 file.")
-    expect(card).to_have_attribute("data-state", "done", timeout=LONG)
+    card, job_id = run_job(page, chorus_server, "Downloaded as an MP3 file.", "done", num_step=8)
     mp3 = card.locator(".job-mp3")
     expect(mp3).to_be_visible()
     with page.expect_download(timeout=LONG) as info:

@@ -17,11 +17,13 @@ from browser_harness import (
     SENTENCES,
     ChorusServer,
     events,
+    expect_knob_error,
     generate,
     job_value,
     make_wav,
     open_page,
     record_job_events,
+    run_job,
     set_knobs,
     shot,
 )
@@ -257,20 +259,14 @@ def test_two_jobs_at_once(page: Page, chorus_server: ChorusServer):
 
 
 def test_out_of_range_knob_shows_the_servers_error(page: Page, chorus_server: ChorusServer):
-    open_page(page, chorus_server)
-    set_knobs(page, num_step=100)
-    card, _ = generate(page, "This request asks for too many steps.")
-    expect(card).to_have_attribute("data-state", "error", timeout=LONG)
-    error = page.locator("#knob-num_step-error")
-    expect(error).to_be_visible()
-    expect(error).to_contain_text("options.num_step")
-    expect(page.locator("#knob-num_step")).to_have_attribute("aria-invalid", "true")
+    card, _ = run_job(page, chorus_server, "This request asks for too many steps.", "error", num_step=100)
+    expect_knob_error(page, "num_step", "options.num_step")
     expect(card.locator(".job-error")).to_contain_text("invalid_request")
     shot(page, "11-knob-error")
 
     # Editing the knob clears its error; a bad seed lands next to the seed.
     page.fill("#knob-num_step", "8")
-    expect(error).to_be_hidden()
+    expect(page.locator("#knob-num_step-error")).to_be_hidden()
     page.fill("#knob-seed", "not-a-number")
     card, _ = generate(page)
     expect(card).to_have_attribute("data-state", "error", timeout=LONG)

@@ -27,12 +27,18 @@ def watch_live(page: Page, sent: list[dict]) -> None:
     )
 
 
-def test_typing_in_live_mode_is_heard_sentence_by_sentence(page: Page, chorus_server: ChorusServer):
+def open_live_mode(page: Page, server: ChorusServer) -> list[dict]:
+    """The page in live mode (8 steps); returns the list that collects every frame it sends."""
     sent: list[dict] = []
     watch_live(page, sent)
-    open_page(page, chorus_server)
+    open_page(page, server)
     set_knobs(page, num_step=8)
     page.click("label[for=mode-live]")
+    return sent
+
+
+def test_typing_in_live_mode_is_heard_sentence_by_sentence(page: Page, chorus_server: ChorusServer):
+    sent = open_live_mode(page, chorus_server)
     expect(page.locator("#live-field")).to_be_visible()
     expect(page.locator("#generate")).to_be_hidden()
     page.click("#live-start")
@@ -69,11 +75,7 @@ def test_typing_in_live_mode_is_heard_sentence_by_sentence(page: Page, chorus_se
 
 
 def test_pasted_text_is_fed_at_a_reading_pace(page: Page, chorus_server: ChorusServer):
-    sent: list[dict] = []
-    watch_live(page, sent)
-    open_page(page, chorus_server)
-    set_knobs(page, num_step=8)
-    page.click("label[for=mode-live]")
+    sent = open_live_mode(page, chorus_server)
     page.click("#live-start")
     expect(page.locator("#live-field")).to_have_attribute("data-live", "open", timeout=LONG)
     pasted = "Pasted text arrives word by word. It is spoken as each sentence ends."

@@ -12,7 +12,19 @@ import json
 import re
 from pathlib import Path
 
-from browser_harness import LONG, SENTENCES, ChorusServer, generate, job_value, make_wav, open_page, set_knobs, shot
+from browser_harness import (
+    LONG,
+    SENTENCES,
+    ChorusServer,
+    expect_knob_error,
+    generate,
+    job_value,
+    make_wav,
+    open_page,
+    run_job,
+    set_knobs,
+    shot,
+)
 from playwright.sync_api import Page, expect
 
 
@@ -164,13 +176,7 @@ def test_errors_go_where_the_field_says(page: Page, chorus_server: ChorusServer)
         server.on_message(from_server)
 
     page.route_web_socket(re.compile(r"/v1/stream"), relay)
-    open_page(page, chorus_server)
-    set_knobs(page, guidance_scale=50)
-    card, _ = generate(page, "Guidance far out of range.")
-    expect(card).to_have_attribute("data-state", "error", timeout=LONG)
-    error = page.locator("#knob-guidance_scale-error")
-    expect(error).to_be_visible()
-    expect(error).to_contain_text("names the wrong control")
-    expect(page.locator("#knob-guidance_scale")).to_have_attribute("aria-invalid", "true")
+    run_job(page, chorus_server, "Guidance far out of range.", "error", guidance_scale=50)
+    expect_knob_error(page, "guidance_scale", "names the wrong control")
     expect(page.locator("#text-error")).to_be_hidden()
     shot(page, "18-field-error")

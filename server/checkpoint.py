@@ -335,10 +335,6 @@ def ensure_demo_checkpoint() -> Path:
     return path
 
 
-def count_parameters(model) -> int:
-    return sum(p.numel() for p in model.parameters())
-
-
 def load_omnivoice(name_or_path: str, device: str = "cpu", dtype: str = "float32"):
     """Load a real (or random) checkpoint through the reference's own `from_pretrained`.
 

@@ -9,18 +9,41 @@ import socket
 import struct
 
 
+def text_frame_header(n: int, mask: bytes) -> bytes:
+    """The header of a client-to-server text frame of `n` bytes (clients must mask)."""
+    if n < 126:
+        return bytes([0x81, 0x80 | n]) + mask
+    if n < 1 << 16:
+        return bytes([0x81, 0x80 | 126]) + struct.pack("!H", n) + mask
+    return bytes([0x81, 0x80 | 127]) + struct.pack("!Q", n) + mask
+
+
 def masked_text_frame(text: str) -> bytes:
-    """One client-to-server text frame (clients must mask)."""
+    """One client-to-server text frame."""
     data = text.encode()
     mask = os.urandom(4)
-    n = len(data)
-    if n < 126:
-        head = bytes([0x81, 0x80 | n])
-    elif n < 1 << 16:
-        head = bytes([0x81, 0x80 | 126]) + struct.pack("!H", n)
-    else:
-        head = bytes([0x81, 0x80 | 127]) + struct.pack("!Q", n)
-    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(data))
+    return text_frame_header(len(data), mask) + bytes(b ^ mask[i % 4] for i, b in enumerate(data))
+
+
+def _read_exactly(s: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = s.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError("closed mid-frame")
+        data += chunk
+    return data
+
+
+def read_frame(s: socket.socket) -> tuple[int, bytes]:
+    """One server-to-client frame (unmasked, unfragmented): its opcode and payload."""
+    first, second = _read_exactly(s, 2)
+    n = second & 0x7F
+    if n == 126:
+        n = struct.unpack("!H", _read_exactly(s, 2))[0]
+    elif n == 127:
+        n = struct.unpack("!Q", _read_exactly(s, 8))[0]
+    return first & 0x0F, _read_exactly(s, n)
 
 
 def connect_ws(port: int, rcvbuf: int | None = None, path: str = "/v1/stream") -> socket.socket:

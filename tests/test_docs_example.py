@@ -12,15 +12,21 @@ import soundfile as sf
 DOC = Path(__file__).resolve().parents[1] / "docs" / "protocol.md"
 
 
-def test_protocol_doc_client_example_runs(chorus_server, tmp_path):
-    section = DOC.read_text().split("## A streaming client", 1)[1]
-    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
-    script = tmp_path / "stream_client.py"
-    script.write_text(code)
-    out = tmp_path / "out.wav"
-    result = subprocess.run([sys.executable, str(script), chorus_server.ws_url, str(out)],
+def run_doc_example(heading: str, server, tmp_path) -> tuple[subprocess.CompletedProcess, Path]:
+    """The first Python block under `heading` in docs/protocol.md, run against `server`; it
+    writes its audio to the returned path."""
+    section = DOC.read_text().split(heading, 1)[1]
+    script = tmp_path / "example.py"
+    script.write_text(re.search(r"```python\n(.*?)```", section, re.S).group(1))
+    out = tmp_path / "example.wav"
+    result = subprocess.run([sys.executable, str(script), server.ws_url, str(out)],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
+    return result, out
+
+
+def test_protocol_doc_client_example_runs(chorus_server, tmp_path):
+    result, out = run_doc_example("## A streaming client", chorus_server, tmp_path)
     assert "done:" in result.stdout and "audio chunk 0" in result.stdout
     samples, rate = sf.read(out, dtype="int16")
     assert rate == 24000 and samples.size > 0
@@ -28,14 +34,7 @@ def test_protocol_doc_client_example_runs(chorus_server, tmp_path):
 
 def test_protocol_doc_agent_example_runs(chorus_server, tmp_path):
     """The voice-agent example: an LLM-like token stream spoken segment by segment."""
-    section = DOC.read_text().split("## A voice-agent client (text streamed in)", 1)[1]
-    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
-    script = tmp_path / "agent_client.py"
-    script.write_text(code)
-    out = tmp_path / "agent.wav"
-    result = subprocess.run([sys.executable, str(script), chorus_server.ws_url, str(out)],
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
+    result, out = run_doc_example("## A voice-agent client (text streamed in)", chorus_server, tmp_path)
     lines = result.stdout.splitlines()
     assert lines[0] == "segment 0 at 0.00 s: Sure!"
     assert lines[1].startswith("segment 1 at ") and lines[1].endswith(

@@ -4,11 +4,12 @@ disconnect, ping, and the frame-size limit."""
 from __future__ import annotations
 
 import asyncio
-
-import pytest
-import websockets
+import json
+import os
+import struct
 
 from tests.chorus_client import Session, check_request, metric_value
+from tests.raw_ws import connect_ws, masked_text_frame, read_frame, text_frame_header
 
 # a request that runs for seconds on the tiny model (64 steps over a 20 s canvas), so it is
 # surely still in flight when the test acts on it
@@ -92,25 +93,31 @@ def test_disconnect_cancels_the_connections_work(chorus_server):
 def test_frame_over_the_size_limit_closes_1009_and_cancels(chorus_server):
     url = chorus_server.url
     cancelled = metric_value(url, "chorus_requests_total", endpoint="stream", outcome="cancelled")
+    port = int(url.rsplit(":", 1)[1])
+    sock = connect_ws(port)
+    try:
+        sock.sendall(masked_text_frame(json.dumps({"type": "synthesize", "id": "a", "text": "Hello there.",
+                                                   **HEAVY})))
+        while b'"progress"' not in read_frame(sock)[1]:  # the request is in flight
+            pass
+        # Only the header of a 17 MiB frame: the server refuses it from its announced length,
+        # so the close cannot race a payload still being sent.
+        sock.sendall(text_frame_header(17 * 1024 * 1024, os.urandom(4)) + b"x" * 1024)
+        opcode, payload = read_frame(sock)
+        while opcode != 0x8:  # frames already queued before the close
+            opcode, payload = read_frame(sock)
+        assert struct.unpack("!H", payload[:2])[0] == 1009
+    finally:
+        sock.close()
 
-    async def go():
+    async def again():  # the client may reconnect
         s = await Session.open(chorus_server.ws_url)
-        await s.synthesize("a", "Hello there.", **HEAVY)
-        await s.wait_for("a", "progress")
-        with pytest.raises(websockets.ConnectionClosed) as info:  # the close may come while it is sent
-            await s.send('{"type": "ping", "pad": "' + "x" * (17 * 1024 * 1024) + '"}')
-            while True:
-                await s.next_frame()
-        assert info.value.rcvd is not None and info.value.rcvd.code == 1009
-        # the client may reconnect
-        again = await Session.open(chorus_server.ws_url)
-        await again.synthesize("b", "Hello.", options={"num_step": 3})
-        out = await again.collect()
-        await again.close()
+        await s.synthesize("b", "Hello.", options={"num_step": 3})
+        out = await s.collect()
+        await s.close()
         return out
 
-    out = run(go())
-    check_request(out["b"], num_step=3)
+    check_request(run(again())["b"], num_step=3)
     chorus_server.wait_for(
         lambda: metric_value(url, "chorus_requests_total", endpoint="stream", outcome="cancelled") == cancelled + 1,
         "the in-flight request cancelled after the 1009 close")
