@@ -15,6 +15,7 @@ from server import protocol as p
 from server.app import create_app
 from server.config import EngineSettings, ServerConfig
 from server.engine.loop import EngineLoop
+from tests.waiting import poll_until
 
 
 class Faults:
@@ -23,6 +24,7 @@ class Faults:
     def __init__(self) -> None:
         self.http = False  # fail HTTP requests (ids `h1`, `h2`, ...)
         self.oom_left = 0  # raise CUDA-style out-of-memory on this many multi-item forwards
+        self.hold_until = 0  # the next forward waits until this many requests are in the engine
 
     def fails(self, request_id: str) -> bool:
         return request_id.endswith("/bad") or (self.http and request_id.startswith("h"))
@@ -39,6 +41,9 @@ def faulty(tiny_checkpoint, tmp_path_factory):
     @torch.inference_mode()
     def forward(canvas):
         ids = [item.item_id.split("#")[0] for item in canvas.items]
+        if faults.hold_until:  # every request submitted before the step goes on: no race
+            poll_until(lambda: engine.stats().requests_inflight >= faults.hold_until, "requests in the engine")
+            faults.hold_until = 0
         if any(faults.fails(i) for i in ids):
             raise RuntimeError("simulated failure tied to one item")
         if faults.oom_left and len(ids) > 1:
@@ -108,6 +113,7 @@ def test_http_engine_failure_is_500_internal(faulty):
 def test_out_of_memory_steps_are_retried_smaller(faulty):
     client, faults = faulty
     faults.oom_left = 3
+    faults.hold_until = 4  # so the four share steps: 4 items, then halves of 2, run out of memory
     opts = {"options": {"num_step": 4}}
     ends = run_ws(client, {f"r{i}": {"text": f"Sentence number {i}.", **opts} for i in range(4)})
     assert faults.oom_left == 0  # the out-of-memory errors did happen
