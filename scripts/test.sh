@@ -18,4 +18,5 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 # Here a missing browser or database is a failure, not a reason to skip their tests.
 export CHORUS_E2E_REQUIRE_BROWSER=1 CHORUS_REQUIRE_POSTGRES=1
-exec .venv/bin/python -m pytest -q "$@"
+# Two workers (pytest-xdist): much of the suite waits on servers, sockets and the browser.
+exec .venv/bin/python -m pytest -q -n 2 --dist worksteal "$@"
