@@ -18,5 +18,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 # Here a missing browser or database is a failure, not a reason to skip their tests.
 export CHORUS_E2E_REQUIRE_BROWSER=1 CHORUS_REQUIRE_POSTGRES=1
-# Two workers (pytest-xdist): much of the suite waits on servers, sockets and the browser.
-exec .venv/bin/python -m pytest -q -n 2 --dist worksteal "$@"
+# tests/ on two workers (pytest-xdist: much of it waits on servers and sockets); then the
+# browser tests in one process (Playwright's sync API keeps an event loop running in it).
+.venv/bin/python -m pytest -q -n 2 tests "$@"
+exec .venv/bin/python -m pytest -q e2e "$@"
