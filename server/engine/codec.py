@@ -26,14 +26,6 @@ class Codec:
         audio = codec.decode(tokens.to(codec.device).unsqueeze(0)).audio_values[0]
         return audio.float().cpu().numpy()
 
-    def post_process(self, audio: np.ndarray, ref_rms: float | None, postprocess: bool) -> np.ndarray:
-        """The reference's `_post_process_audio` (silence removal, loudness, fade and pad)."""
-        return post_process(audio, ref_rms, postprocess, self.sample_rate)
-
-    def join(self, chunks: list[np.ndarray]) -> np.ndarray:
-        """Chunks cross-faded exactly as the reference joins long text."""
-        return cross_fade_chunks(chunks, self.sample_rate)
-
     @torch.inference_mode()
     def encode_voice(self, audio: np.ndarray, sample_rate: int, text: str | None) -> VoicePrompt:
         """The reference's `create_voice_clone_prompt`: resample, RMS boost, silence trim,
