@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import re
 import subprocess
 import sys
@@ -51,38 +50,31 @@ def _engine_request(engine, i: int, num_step: int) -> tuple[float, float]:
     return (marks["first"] - t0) * 1e3, (marks["done"] - t0) * 1e3
 
 
-async def _server_request(ws, i: int, num_step: int) -> tuple[float, float]:
-    msg = {"type": "synthesize", "id": f"s{i}", "text": TEXTS[i % len(TEXTS)], "progress": False,
-           "options": {"num_step": num_step, "seed": i}}
-    t0 = time.perf_counter()
-    await ws.send(json.dumps(msg))
-    t_first = None
-    while True:
-        frame = await ws.recv()
-        if isinstance(frame, bytes):
-            t_first = t_first or time.perf_counter()
-            continue
-        kind = json.loads(frame)["type"]
-        if kind in ("done", "error", "cancelled"):
-            if kind != "done":
-                raise RuntimeError(frame)
-            return (t_first - t0) * 1e3, (time.perf_counter() - t0) * 1e3
+async def _server_request(client, i: int, num_step: int) -> tuple[float, float]:
+    rid = f"s{i}"
+    await client.send(rid, TEXTS[i % len(TEXTS)], options={"num_step": num_step, "seed": i})
+    timing = await client.wait(rid, 120)
+    if timing.outcome != "done":
+        raise RuntimeError(f"{rid}: {timing.outcome} {timing.engine}")
+    return timing.first_ms, timing.total_ms
 
 
 async def _interleaved(engine, url: str, runs: int, num_step: int) -> dict:
     """Engine and server requests alternate, so drift on a shared machine hits both alike."""
-    import websockets
+    from bench.ws_bench import Client
 
     out = {"engine": ([], []), "server": ([], [])}
-    async with websockets.connect(url, max_size=None) as ws:
-        json.loads(await ws.recv())  # ready
+    client = await Client.connect(url)
+    try:
         for i in range(runs + 2):
             e = await asyncio.to_thread(_engine_request, engine, i, num_step)
-            s = await _server_request(ws, i, num_step)
+            s = await _server_request(client, i, num_step)
             if i >= 2:  # warm-up first
                 for key, (first, total) in (("engine", e), ("server", s)):
                     out[key][0].append(first)
                     out[key][1].append(total)
+    finally:
+        await client.close()
     return {key: {"first_audio_ms": stats(f), "total_ms": stats(t)} for key, (f, t) in out.items()}
 
 
