@@ -197,6 +197,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="deadline: each step packs the chunks due soonest first (a new request's first "
                             "chunk before chunks far ahead of playback; whole-file requests fill what is left; "
                             "nothing starves); fifo: first come first served")
+    serve.add_argument("--urgent-step-tokens", type=_positive_int, default=2048,
+                       help="deadline scheduling: while a chunk due soon runs, a step holds at most this many "
+                            "packed tokens (more only when the urgent chunks alone need more), so their steps "
+                            "stay short; chunks far ahead of playback wait")
     serve.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS,
                        default=os.environ.get("CHORUS_LOG_LEVEL", "info").lower(),
                        help="log detail; debug also shows the traceback of a failed start ($CHORUS_LOG_LEVEL)")
@@ -259,6 +263,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     cfg.engine.max_audio_seconds_inflight = args.max_audio_seconds_inflight
     cfg.engine.attention = args.attention
     cfg.engine.scheduling = args.scheduling
+    cfg.engine.urgent_step_tokens = args.urgent_step_tokens
     cfg.engine.quantize = None if args.quantize == "none" else args.quantize
     cfg.engine.engine_processes = {"auto": None, "yes": True, "no": False}[args.engine_processes]
     return cfg

@@ -30,6 +30,9 @@ class EngineSettings:
     # deadline: least slack first (first chunks before chunks far ahead of playback, whole
     # files fill what is left); fifo: first come first served
     scheduling: str = "deadline"
+    # deadline: while urgent chunks run, a step holds at most this many packed tokens (more only
+    # when the urgent chunks alone need more): small steps are fast ones (CUDA graphs go to 4096)
+    urgent_step_tokens: int = 2048
     quantize: str | None = None  # None (the checkpoint's dtype) | "fp8" (Hopper: projections in FP8)
 
 

@@ -56,8 +56,9 @@ class Utt:
         return f"{self.state.request_id}#{self.chunk_index}"
 
 
-def scheduler(tokens: int = 300, batch: int = 16, policy: str = "deadline") -> Scheduler:
-    s = Scheduler(max_batch_size=batch, max_packed_tokens=tokens, policy=policy, frame_rate=FRAME_RATE)
+def scheduler(tokens: int = 300, batch: int = 16, policy: str = "deadline", urgent_step_tokens=None) -> Scheduler:
+    s = Scheduler(max_batch_size=batch, max_packed_tokens=tokens, policy=policy, frame_rate=FRAME_RATE,
+                  urgent_step_tokens=urgent_step_tokens)
     s.step_seconds = STEP_S
     return s
 
@@ -210,6 +211,38 @@ def test_whole_file_requests_age_in():
         now += STEP_S
     # held back while streams kept arriving, in once its slack ran out (due 2 s after arrival)
     assert whole.step == 1 and 2.0 - 4 * STEP_S - s.horizon_s - 1e-9 <= now
+
+
+def test_while_urgent_chunks_run_a_step_stays_small():
+    """Chunks far ahead of playback fill a step only up to the urgent step budget while an
+    urgent chunk runs (its steps stay short), and take the whole budget once it is done."""
+    s = scheduler(tokens=1000, urgent_step_tokens=250)
+    story = Request(arrival=0.0, chunks=(2.0, 20.0, 20.0, 20.0), due_at=40.0, num_step=4)
+    far = [story.chunk(i) for i in range(4)]
+    for c in far:
+        s.add(c)
+    assert run_step(s, now=0.0).utts == far  # nothing urgent: the whole budget
+    first = Request(arrival=0.1, num_step=4).chunk(0)
+    s.add(first)
+    batch = run_step(s, now=0.1)
+    # the newcomer plus the least-slack far chunk: 200 tokens of the 250; the others paused
+    assert batch.utts == [far[0], first] and s.paused_total == 3
+    assert sum(u.packed_len for u in batch.utts) <= 250
+    while not first.finished:
+        batch = run_step(s, now=0.2)
+        assert first in batch.utts and sum(u.packed_len for u in batch.utts) <= 250
+    assert set(run_step(s, now=0.3).utts) == set(far[1:])  # urgent work done: all of it again
+    assert [u.step for u in far[1:]] == [3, 2, 2]  # progress kept (far[1] took far[0]'s room)
+
+
+def test_urgent_chunks_beyond_the_urgent_step_budget_all_run():
+    s = scheduler(tokens=1000, urgent_step_tokens=150)
+    firsts = [Request(arrival=0.0).chunk(0) for _ in range(4)]
+    ahead = Request(arrival=0.0, chunks=(1.0,), due_at=30.0).chunk(0)
+    for u in [*firsts, ahead]:
+        s.add(u)
+    batch = s.schedule(now=0.0)
+    assert batch.utts == firsts  # 400 urgent tokens: the budget is theirs, nothing else fills it
 
 
 def test_unknown_policy_is_refused():

@@ -59,7 +59,7 @@ class EngineLoop:
         self.runner = StepRunner.for_model(model, settings.attention, settings.max_packed_tokens, settings.quantize)
         self.frame_rate: int = model.audio_tokenizer.config.frame_rate
         self.scheduler = Scheduler(settings.max_batch_size, settings.max_packed_tokens, settings.scheduling,
-                                   self.frame_rate)
+                                   self.frame_rate, urgent_step_tokens=settings.urgent_step_tokens)
         self.codec = Codec(model)
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self.voice_encoder = VoiceEncoder(self.codec, self.device)
@@ -282,8 +282,9 @@ class EngineLoop:
                                                  "beyond float32)")
                     continue
                 state.steps_done += 1
-                self._emit(state, Progress(state.request_id, utt.chunk_index, number, utt.num_step,
-                                           round(state.steps_done / state.total_steps, 4)))
+                if state.request.progress:
+                    self._emit(state, Progress(state.request_id, utt.chunk_index, number, utt.num_step,
+                                               round(state.steps_done / state.total_steps, 4)))
                 if number == utt.num_step:
                     self._complete_chunk(utt)
         seconds = launched.timer.seconds()

@@ -9,12 +9,14 @@ policies:
   those behind it, so nothing starves. Running utterances always run.
 - `deadline` (`deadlines.py`): least slack first. Urgent chunks (slack within the horizon)
   go in slack order and block those behind them, as FIFO's head does; chunks far ahead of
-  playback, then whole-file requests, fill what is left and never block. When an urgent
-  chunk does not fit, running chunks far ahead of playback are paused to make room
-  (whole-file ones first, most slack first); they resume when room frees or their slack
-  runs out. Pausing is safe and costs nothing: an utterance's canvas stays on the device
-  and its tokens depend only on its own schedule index and generator, never on which
-  steps it shares or skips. Urgent chunks are never paused, and a chunk's slack only
+  playback, then whole-file requests, fill what is left and never block. While urgent
+  chunks run, a step holds at most `urgent_step_tokens` packed tokens (or the urgent
+  chunks' own, when more): a step's time grows with its tokens, and an urgent chunk needs
+  all its steps to be short, not the batch to be full. Running chunks that no longer fit
+  are paused (whole-file ones first, most slack first); they resume when room frees or
+  their slack runs out. Pausing is safe and costs nothing: an utterance's canvas stays on
+  the device and its tokens depend only on its own schedule index and generator, never on
+  which steps it shares or skips. Urgent chunks are never paused, and a chunk's slack only
   shrinks while it waits, so every chunk ages into the urgent class: nothing starves.
 
 The scheduler owns the state changes of a step: `schedule()` says what runs, and
@@ -67,7 +69,7 @@ POLICIES = ("deadline", "fifo")
 
 class Scheduler:
     def __init__(self, max_batch_size: int, max_packed_tokens: int, policy: str = "fifo", frame_rate: int = 25,
-                 horizon_s: float = deadlines.HORIZON_S):
+                 horizon_s: float = deadlines.HORIZON_S, urgent_step_tokens: int | None = None):
         if policy not in POLICIES:
             raise ValueError(f"scheduling must be one of {', '.join(POLICIES)}, not {policy!r}")
         self.max_batch_size = max_batch_size
@@ -75,6 +77,7 @@ class Scheduler:
         self.policy = policy
         self.frame_rate = frame_rate
         self.horizon_s = horizon_s
+        self.urgent_step_tokens = urgent_step_tokens  # deadline: a step's size while urgent chunks run
         self.step_seconds = deadlines.DEFAULT_STEP_S  # a running average of measured steps
         self.paused_total = 0  # running chunks paused for urgent ones, ever
         self.waiting: list[_Waiting] = []  # sorted by (request arrival, chunk index)
@@ -132,46 +135,58 @@ class Scheduler:
         everyone = self.running + self.waiting_utts
         slack = {id(u): deadlines.slack(u, now, self.step_seconds, self.frame_rate) for u in everyone}
         tier = {id(u): deadlines.tier(u, slack[id(u)], self.horizon_s) for u in everyone}
-        order = sorted(self.waiting, key=lambda w: (tier[id(w.utt)], slack[id(w.utt)], w.key))
-        budget = self.max_packed_tokens - self.running_tokens
+        by_need = lambda u: (tier[id(u)], slack[id(u)])
+        urgent = [u for u in self.running if tier[id(u)] == deadlines.URGENT]  # never paused
+        tokens = sum(u.packed_len for u in urgent)
         joined: list[_Waiting] = []
-        paused: list[Utterance] = []
-        for entry in order:
+        blocked = False
+        # 1. urgent waiting chunks, least slack first, into the whole budget (the running
+        #    non-urgent ones give way below); one that does not fit blocks the rest
+        for entry in sorted(self.waiting, key=lambda w: (*by_need(w.utt), w.key)):
             utt = entry.utt
-            if utt.packed_len > budget or len(self.running) >= self.max_batch_size:
-                if tier[id(utt)] != deadlines.URGENT:
-                    continue  # far ahead or whole-file: waits without holding anyone up
-                victims = self._room_for(utt, budget, tier, slack)
-                if victims is None:
-                    break  # an urgent chunk that cannot get in yet: nothing overtakes it
-                for victim in victims:
-                    self.running.remove(victim)
-                    budget += victim.packed_len
-                paused += victims
-            self.running.append(utt)
-            budget -= utt.packed_len
+            if tier[id(utt)] != deadlines.URGENT:
+                break
+            if tokens + utt.packed_len > self.max_packed_tokens or len(urgent) >= self.max_batch_size:
+                blocked = True
+                break
+            urgent.append(utt)
+            tokens += utt.packed_len
             joined.append(entry)
+        # 2. the rest fill up to the cap: the whole budget, or while urgent chunks run, the
+        #    urgent step budget (a small step is a fast one), running chunks before waiting ones
+        cap = self._cap(tokens if urgent else 0)
+        keep = urgent[:]
+        paused: list[Utterance] = []
+        for utt in sorted((u for u in self.running if tier[id(u)] != deadlines.URGENT), key=by_need):
+            if tokens + utt.packed_len <= cap and len(keep) < self.max_batch_size:
+                keep.append(utt)
+                tokens += utt.packed_len
+            else:
+                paused.append(utt)
+        if not blocked:  # nothing overtakes an urgent chunk that cannot get in yet
+            for entry in sorted(self.waiting, key=lambda w: (*by_need(w.utt), w.key)):
+                utt = entry.utt
+                if tier[id(utt)] == deadlines.URGENT:
+                    continue  # admitted above
+                if tokens + utt.packed_len <= cap and len(keep) < self.max_batch_size:
+                    keep.append(utt)
+                    tokens += utt.packed_len
+                    joined.append(entry)
         gone = {id(e) for e in joined}
+        stays = {id(u) for u in keep}
+        self.running = [u for u in self.running if id(u) in stays] + [e.utt for e in joined]
         self.waiting = [w for w in self.waiting if id(w) not in gone]
         for utt in paused:
             self.add(utt)
         self.paused_total += len(paused)
         return ScheduledBatch(list(self.running), len(joined))
 
-    def _room_for(self, utt: Utterance, budget: int, tier: dict, slack: dict) -> list[Utterance] | None:
-        """The running chunks to pause so `utt` fits (whole-file first, most slack first), or
-        None when pausing every non-urgent one would still not make room."""
-        candidates = sorted((u for u in self.running if tier[id(u)] != deadlines.URGENT),
-                            key=lambda u: (-tier[id(u)], -slack[id(u)]))
-        victims: list[Utterance] = []
-        slots = self.max_batch_size - len(self.running)
-        for victim in candidates:
-            if utt.packed_len <= budget and slots >= 1:
-                break
-            victims.append(victim)
-            budget += victim.packed_len
-            slots += 1
-        return victims if utt.packed_len <= budget and slots >= 1 else None
+    def _cap(self, urgent_tokens: int) -> int:
+        """Packed tokens this step may hold: while urgent chunks run, `urgent_step_tokens`
+        (or the urgent chunks' own tokens, when more), else the whole budget."""
+        if not urgent_tokens or not self.urgent_step_tokens:
+            return self.max_packed_tokens
+        return min(self.max_packed_tokens, max(self.urgent_step_tokens, urgent_tokens))
 
     def advance(self, step: LaunchedStep) -> list[Utterance]:
         """Each utterance the step launched moved one step on; retire and return those done."""
