@@ -8,7 +8,9 @@ boundary, so real rows compute exactly what they would alone. Larger steps run e
 there the GEMMs dominate and a graph buys nothing.
 
 Token buckets are 64 apart up to 1024 (a lone 10 s request, 537 tokens, pads to 576, not
-640: the padded GEMM rows are real work) and 256 apart above.
+640: the padded GEMM rows are real work) and 256 apart above, up to 4096: steps of 2-4k
+tokens are the ones the deadline scheduler keeps while urgent chunks run
+(`--urgent-step-tokens`), and eagerly their ~6 ms of kernel launches are as long as the GPU work.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ log = logging.getLogger(__name__)
 
 # Buckets for CUDA graphs: packed tokens, and documents (real ones plus at least one pad
 # document, so a bucket of D documents holds up to D - 1 real ones).
-GRAPH_TOKEN_BUCKETS: tuple[int, ...] = tuple(range(128, 1024, 64)) + (1024, 1280, 1536, 1792, 2048)
+GRAPH_TOKEN_BUCKETS: tuple[int, ...] = tuple(range(128, 1024, 64)) + tuple(range(1024, 4097, 256))
 GRAPH_DOC_BUCKETS: tuple[int, ...] = (2, 3, 5, 9, 17, 33)
 
 # (ids (C, S), audio mask (S,), positions (S,), attention plan) -> final hidden states (S, H)
