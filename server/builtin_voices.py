@@ -139,7 +139,7 @@ class BuiltinVoices:
 
         request = SynthesisRequest(
             request_id=f"builtin-{name}-{id(done):x}", text=SENTENCE, language="en", instruct=design.instruct,
-            stream="whole", options=GenerationOptions(seed=design.seed, duration=SECONDS))
+            stream="whole", options=GenerationOptions(seed=design.seed, duration=SECONDS), progress=False)
         service.submit(request, deliver, "builtin")
         finished: Finished = await done
         if finished.outcome != "done" or len(parts) != 1:

@@ -113,7 +113,7 @@ async def speech(request: Request, service: SynthesisService, config: ServerConf
         synth = SynthesisRequest(
             request_id=request_id, text=body.input, language=body.language, instruct=instructions.instruct,
             voice=voice, stream="whole" if fmt == "flac" else "chunk", received_at=received_at,
-            options=p.generation_options(body),
+            options=p.generation_options(body), progress=False,
         )
         events: asyncio.Queue = asyncio.Queue()
         accepted = service.submit(synth, events.put_nowait, ENDPOINT)

@@ -206,7 +206,7 @@ class Connection:
             request = SynthesisRequest(
                 request_id=req.request_id, text=msg.text, language=msg.language, instruct=msg.instruct,
                 voice=voice, stream=msg.stream_mode, received_at=req.received_at,
-                options=p.generation_options(msg.options),
+                options=p.generation_options(msg.options), progress=req.progress,
             )
             req.accepted = self.service.submit(request, lambda event: self._deliver(req, event), ENDPOINT)
         except ServiceError as exc:

@@ -174,7 +174,7 @@ class StreamSession:
             options = replace(options, seed=(options.seed + index) % _U64)
         request = SynthesisRequest(request_id=seg.request_id, text=text, language=self.msg.language,
                                    instruct=self.msg.instruct, voice=self.voice, options=options,
-                                   due_at=self._due_at())
+                                   due_at=self._due_at(), progress=self.msg.progress)
         on_tokens = self._first_tokens if self.chained and index == 0 else None
         try:
             accepted = self.service.submit(request, lambda event: self._on_event(seg, event), ENDPOINT, on_tokens)
