@@ -10,7 +10,7 @@ the previous one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -99,13 +99,20 @@ def _to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
     return tensor.pin_memory().to(device, non_blocking=True)
 
 
-def build_packed_canvas(items: list[CanvasItem], device: torch.device | str) -> PackedCanvas:
+def build_packed_canvas(items: list[CanvasItem], device: torch.device | str,
+                        previous: PackedCanvas | None = None) -> PackedCanvas:
     """Pack a step's items into one ragged row (no padding).
 
     Index arrays (positions, audio mask, target gather index) are built on the host with
-    numpy and copied once; only the token rows are concatenated on the device.
+    numpy and copied once; only the token rows are concatenated on the device. When
+    `previous` packed the very same items (a steady batch), its index arrays are reused.
     """
     device = torch.device(device)
+    if previous is not None and len(previous.items) == len(items) and all(
+            a is b for a, b in zip(items, previous.items)):
+        ids = [part for item in items for part in
+               ((item.prefix_ids, item.tokens, item.tokens) if item.does_cfg else (item.prefix_ids, item.tokens))]
+        return replace(previous, packed_ids=torch.cat(ids, dim=1), items=list(items))
     ids_parts: list[torch.Tensor] = []
     mask_parts: list[np.ndarray] = []
     doc_lens: list[int] = []

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from server.engine.canvas import build_packed_canvas
+from server.engine.canvas import PackedCanvas, build_packed_canvas
 from server.engine.request import Utterance
 from server.engine.sampler import Sampler
 
@@ -105,6 +105,7 @@ class StepRunner:
         self.max_packed_tokens = max_packed_tokens
         self.oom_cap: int | None = None  # packed tokens per forward after an out-of-memory error
         self._clean_steps = 0
+        self._last_canvas: PackedCanvas | None = None  # a steady batch reuses its index arrays
 
     @classmethod
     def for_model(cls, model, attention: str, max_packed_tokens: int, quantize: str | None = None) -> StepRunner:
@@ -158,7 +159,8 @@ class StepRunner:
     def _launch(self, utts: list[Utterance], failed: list[FailedItem]) -> list[LaunchedPart]:
         """Queue one forward for `utts`; on failure, split the batch to isolate the culprit."""
         try:
-            canvas = build_packed_canvas([u.item for u in utts], self.device)
+            canvas = build_packed_canvas([u.item for u in utts], self.device, self._last_canvas)
+            self._last_canvas = canvas
             logits = self.backbone(canvas)
             finite = self.sampler.step(logits, canvas, utts)
         except Exception as exc:  # isolated to the item(s) at fault

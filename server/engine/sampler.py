@@ -48,16 +48,20 @@ def _to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
 
 @dataclass
 class _StepLayout:
-    """Host-built index arrays of one step (copied to the device once)."""
+    """Host-built index arrays of one batch composition (copied to the device once; a
+    steady batch, the same items step after step, reuses them)."""
 
+    items: list  # the CanvasItems these were built for, compared by identity
     row_item: torch.Tensor  # (rows,) item of each conditional target row
     row_pos: torch.Tensor  # (rows,) position of the row within its item's target
     row_penalty: torch.Tensor  # (rows, 1) layer penalty factor
     row_temp: torch.Tensor  # (rows, 1) position temperature (1 where none: x / 1 == x)
-    k_host: list[int]
-    take: torch.Tensor  # (items, k_max) bool: pick j of item i is one of its own k
-    k_max: int
     t_max: int
+    cfg_rows: torch.Tensor | None  # conditional rows of the items doing CFG
+    cfg_scale: torch.Tensor | None  # (cfg rows, 1, 1) their guidance scales
+
+    def fits(self, items: list) -> bool:
+        return len(items) == len(self.items) and all(a is b for a, b in zip(items, self.items))
 
 
 class Sampler:
@@ -66,9 +70,13 @@ class Sampler:
         self.device = device
         self.num_codebooks = num_codebooks
         self.layer_ids = torch.arange(num_codebooks, device=device, dtype=torch.float32)
+        self._last: _StepLayout | None = None
 
     def _layout(self, canvas: PackedCanvas, utts: list[Utterance]) -> _StepLayout:
-        lengths = np.array([item.target_len for item in canvas.items], dtype=np.int64)
+        if self._last is not None and self._last.fits(canvas.items):
+            return self._last
+        items = canvas.items
+        lengths = np.array([item.target_len for item in items], dtype=np.int64)
         starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
         rows = int(lengths.sum())
         row_item = np.repeat(np.arange(len(lengths)), lengths)
@@ -76,20 +84,26 @@ class Sampler:
         with np.errstate(over="ignore"):  # knobs beyond float32 become inf: the finite guard fails them
             penalty = np.array([u.options.layer_penalty_factor for u in utts], dtype=np.float32)
             temps = np.array([u.options.position_temperature for u in utts], dtype=np.float32)
+            scales = np.array([item.guidance_scale for item in items], dtype=np.float32)
         temps = np.where(temps > 0, temps, 1.0).astype(np.float32)
-        k_host = [u.schedule[u.step] for u in utts]
-        k_max = max(k_host, default=0)
-        take = np.arange(k_max)[None, :] < np.array(k_host, dtype=np.int64)[:, None]
-        return _StepLayout(
+        cfg = np.array([item.does_cfg for item in items], dtype=np.bool_)
+        cfg_rows = cfg_scale = None
+        if cfg.any():
+            keep = np.repeat(cfg, lengths)
+            cond_rows = np.concatenate([np.arange(o, o + n) for o, n in zip(canvas.cond_offsets, lengths)])
+            cfg_rows = _to_device(cond_rows[keep], self.device)
+            cfg_scale = _to_device(np.repeat(scales, lengths)[keep].reshape(-1, 1, 1), self.device)
+        self._last = _StepLayout(
+            items=list(items),
             row_item=_to_device(row_item, self.device),
             row_pos=_to_device(row_pos, self.device),
             row_penalty=_to_device(np.repeat(penalty, lengths)[:, None], self.device),
             row_temp=_to_device(np.repeat(temps, lengths)[:, None], self.device),
-            k_host=k_host,
-            take=_to_device(take, self.device),
-            k_max=k_max,
             t_max=int(lengths.max()) if len(lengths) else 0,
+            cfg_rows=cfg_rows,
+            cfg_scale=cfg_scale,
         )
+        return self._last
 
     @torch.inference_mode()
     def step(self, logits: torch.Tensor, canvas: PackedCanvas, utts: list[Utterance]) -> torch.Tensor:
@@ -103,20 +117,16 @@ class Sampler:
         layout = self._layout(canvas, utts)
         n_items, c = len(items), self.num_codebooks
         n_cond = sum(item.target_len for item in items)
+        k_host = [u.schedule[u.step] for u in utts]  # this step's picks per item
+        k_max = max(k_host, default=0)
+        take = _to_device(np.arange(k_max)[None, :] < np.array(k_host, dtype=np.int64)[:, None], self.device)
 
         log_probs = F.log_softmax(logits[:n_cond], dim=-1)
-        cfg = [i for i, item in enumerate(items) if item.does_cfg]
-        if cfg:
+        if layout.cfg_rows is not None:
             uncond = F.log_softmax(logits[n_cond:], dim=-1)
-            rows = torch.cat([
-                torch.arange(canvas.cond_offsets[i], canvas.cond_offsets[i] + items[i].target_len,
-                             device=self.device) for i in cfg
-            ])
-            scale = torch.cat([
-                torch.full((items[i].target_len,), items[i].guidance_scale, device=self.device) for i in cfg
-            ]).view(-1, 1, 1)
-            cond = log_probs.index_select(0, rows)
-            log_probs.index_copy_(0, rows, F.log_softmax(cond + scale * (cond - uncond), dim=-1))
+            cond = log_probs.index_select(0, layout.cfg_rows)
+            log_probs.index_copy_(0, layout.cfg_rows,
+                                  F.log_softmax(cond + layout.cfg_scale * (cond - uncond), dim=-1))
         log_probs[..., self.mask_id] = -float("inf")
         confidence = log_probs.max(dim=-1).values  # (rows, C)
         predicted = log_probs.argmax(dim=-1)
@@ -154,7 +164,7 @@ class Sampler:
         table = torch.full((n_items, layout.t_max, c), -float("inf"), device=self.device)
         table[layout.row_item, layout.row_pos] = key
         flat = table.transpose(1, 2).reshape(n_items, c * layout.t_max)
-        chosen = torch.topk(flat, layout.k_max, dim=1).indices  # (items, k_max), best first, distinct
+        chosen = torch.topk(flat, k_max, dim=1).indices  # (items, k_max), best first, distinct
         codebook, position = chosen // layout.t_max, chosen % layout.t_max  # inside the table by construction
         table_pred = torch.zeros((n_items, layout.t_max, c), dtype=predicted.dtype, device=self.device)
         table_pred[layout.row_item, layout.row_pos] = predicted.clamp(0, logits.shape[-1] - 1)
@@ -170,8 +180,8 @@ class Sampler:
         board = torch.full((n_items, layout.t_max, c), self.mask_id, dtype=tokens.dtype, device=self.device)
         board[layout.row_item, layout.row_pos] = tokens
         current = board[item_index, position, codebook]
-        board[item_index, position, codebook] = torch.where(layout.take, values, current)
+        board[item_index, position, codebook] = torch.where(take, values, current)
         for i, item in enumerate(items):
-            if layout.k_host[i] > 0:
+            if k_host[i] > 0:
                 item.tokens.copy_(board[i, : item.target_len].t())
         return finite.all(dim=1)
