@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Create or update .venv in the project root (the package, editable, with its dev extras).
 # Re-installs only when pyproject.toml changed since the last successful install.
+# The install goes through uv (from PyPI, into the venv): it fetches and unpacks the ~6 GB of
+# wheels (torch and its CUDA libraries) in parallel, about 25 s instead of pip's 2.5 minutes;
+# where uv cannot be had, pip does the same install.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python="${PYTHON:-python3}"
@@ -9,8 +12,12 @@ if [ ! -x .venv/bin/python ]; then
 fi
 stamp=".venv/.chorus-installed-$(sha256sum pyproject.toml | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
-  .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e ".[dev]"
+  if [ -x .venv/bin/uv ] || .venv/bin/python -m pip install -q uv; then
+    .venv/bin/uv pip install --python .venv/bin/python -q -e ".[dev]"
+  else
+    .venv/bin/python -m pip install -q --upgrade pip
+    .venv/bin/python -m pip install -q -e ".[dev]"
+  fi
   rm -f .venv/.chorus-installed-*
   touch "$stamp"
 fi
