@@ -6,14 +6,18 @@ simulated real time, thinks (1-3 s) and starts the next turn. Per turn it record
 audio after the first sentence was complete (its last character sent) and every underrun:
 the moment playback had nothing left to play before the stream's `done`, and for how long.
 
-A level runs N agents for `--level-seconds`; it passes with p95 first audio <= `--p95-ms` and
-no underrun or error. N doubles from `--start` while levels pass, then is bisected between the
-last pass and the first failure. This runs once per `--scheduling` mode, each against its own
-server (`chorus serve --scheduling MODE ...`, arguments after `--`; `default` passes no flag),
-followed by `bench.ws_bench`'s throughput and Poisson loaded scenarios (10 s lines at 70%).
+A level runs N agents: they join one by one over `--ramp-seconds` (as users arrive; N first
+sentences in the same instant is a burst, which the Poisson scenario measures), then all of
+them for `--level-seconds`; only turns that start after the ramp count. It passes with p95
+first audio <= `--p95-ms` and no underrun or error. N doubles from `--start` while levels
+pass, then is bisected between the last pass and the first failure. This runs once per
+`--scheduling` mode, each against its own server (`chorus serve --scheduling MODE ...`,
+arguments after `--`; `default` passes no flag), followed by `bench.ws_bench`'s throughput
+and Poisson loaded scenarios (10 s lines at 70%).
 
     python -m bench.agents --num-step 32 -- --model ckpt-full --device cuda
-    python -m bench.agents --scheduling default --start 2 --max-agents 2 --level-seconds 3 -- --model ckpt-tiny
+    python -m bench.agents --scheduling default --start 2 --max-agents 2 --level-seconds 3 \
+        --ramp-seconds 0 -- --model ckpt-tiny
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ def answer(rng: random.Random, sentences_range: tuple[int, int] = (2, 8)) -> str
 
 @dataclass
 class Turn:
+    started_at: float = field(default_factory=time.perf_counter)
     first_sentence_at: float | None = None  # the first sentence's last character was sent
     first_audio_at: float | None = None
     underruns: list[tuple[float, float]] = field(default_factory=list)  # (at s into playback, seconds)
@@ -112,12 +117,12 @@ async def run_turn(ws, sid: str, rng: random.Random, options: dict, sentences: t
 
 
 async def agent(url: str, index: int, seed: int, until: float, options: dict,
-                sentences: tuple[int, int]) -> list[Turn]:
+                sentences: tuple[int, int], start_in: float = 0.0) -> list[Turn]:
     rng = random.Random(seed * 100003 + index)
     turns: list[Turn] = []
     async with websockets.connect(url, max_size=None) as ws:
         await ws.recv()  # ready
-        await asyncio.sleep(rng.uniform(0, 1.0))  # agents do not start in lockstep
+        await asyncio.sleep(start_in)
         while time.perf_counter() < until:
             turns.append(await run_turn(ws, f"t{len(turns)}", rng, options, sentences))
             await asyncio.sleep(rng.uniform(1.0, 3.0))  # the user speaks, the LLM thinks
@@ -125,16 +130,19 @@ async def agent(url: str, index: int, seed: int, until: float, options: dict,
 
 
 async def level(url: str, agents: int, args, options: dict) -> dict:
-    seconds, p95_ms = args.level_seconds, args.p95_ms
-    until = time.perf_counter() + seconds
-    per_agent = await asyncio.gather(*(agent(url, i, args.seed, until, options, args.sentences)
+    seconds, p95_ms, ramp = args.level_seconds, args.p95_ms, args.ramp_seconds
+    jitter = random.Random(args.seed)
+    offsets = [ramp * (i + jitter.random()) / agents if ramp else 0.0 for i in range(agents)]
+    t0 = time.perf_counter()
+    until = t0 + ramp + seconds
+    per_agent = await asyncio.gather(*(agent(url, i, args.seed, until, options, args.sentences, offsets[i])
                                        for i in range(agents)))
-    turns = [t for ts in per_agent for t in ts]
+    turns = [t for ts in per_agent for t in ts if t.started_at >= t0 + ramp]  # all agents in
     first = [t.first_audio_ms for t in turns if t.first_audio_ms is not None]
     underruns = [u for t in turns for u in t.underruns]
     failed = sum(1 for t in turns if t.outcome != "done")
     p95 = percentile(first, 95)
-    return {"agents": agents, "seconds": seconds, "turns": len(turns), "turns_failed": failed,
+    return {"agents": agents, "seconds": seconds, "ramp_seconds": ramp, "turns": len(turns), "turns_failed": failed,
             "first_audio_ms": stats(first, 1), "underruns": len(underruns),
             "underrun_seconds": round(sum(s for _, s in underruns), 3), "underrun_list": underruns[:50],
             "audio_seconds": round(sum(t.audio_seconds for t in turns), 2),
@@ -224,7 +232,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scheduling", default="deadline,fifo", help="modes, comma-separated; `default`: no flag")
     p.add_argument("--start", type=int, default=8, help="agents at the first level")
     p.add_argument("--max-agents", type=int, default=256)
-    p.add_argument("--level-seconds", type=float, default=60.0)
+    p.add_argument("--level-seconds", type=float, default=60.0, help="measured seconds per level, after the ramp")
+    p.add_argument("--ramp-seconds", type=float, default=10.0,
+                   help="agents join evenly over this long before a level is measured (0: all at once)")
     p.add_argument("--p95-ms", type=float, default=300.0, help="first-audio bound a level must meet")
     p.add_argument("--num-step", type=int, default=32)
     p.add_argument("--throughput-requests", type=int, default=256)

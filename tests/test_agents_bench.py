@@ -15,7 +15,8 @@ SUMMARY_KEYS = ["agents_sustained", "agents_sustained_fifo", "p95_first_audio_ms
 def test_agents_bench_reports_its_shape_with_audio(tiny_checkpoint, tmp_path):
     out = tmp_path / "agents.json"
     cmd = [sys.executable, "-m", "bench.agents", "--scheduling", "default", "--start", "2", "--max-agents", "2",
-           "--level-seconds", "3", "--sentences", "2-2", "--num-step", "2", "--throughput-requests", "4",
+           "--level-seconds", "3", "--ramp-seconds", "0", "--sentences", "2-2", "--num-step", "2",
+           "--throughput-requests", "4",
            "--loaded-seconds", "2", "--out", str(out), "--", "--model", str(tiny_checkpoint)]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=400)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -15,7 +15,7 @@ import torch
 
 from server.engine import deadlines
 from server.engine.runner import LaunchedPart, LaunchedStep
-from server.engine.scheduler import Scheduler
+from server.engine.scheduler import AHEAD_STEP_FACTOR, Scheduler
 
 FRAME_RATE = 25
 STEP_S = 0.05
@@ -233,6 +233,21 @@ def test_while_urgent_chunks_run_a_step_stays_small():
         assert first in batch.utts and sum(u.packed_len for u in batch.utts) <= 250
     assert set(run_step(s, now=0.3).utts) == set(far[1:])  # urgent work done: all of it again
     assert [u.step for u in far[1:]] == [3, 2, 2]  # progress kept (far[1] took far[0]'s room)
+
+
+def test_later_chunks_alone_run_in_bounded_steps_whole_files_in_full_ones():
+    """Without urgent work, streams' later chunks still run in steps of at most
+    AHEAD_STEP_FACTOR x the urgent step budget (a newcomer waits for the step in flight);
+    whole-file requests alone take the whole budget."""
+    s = scheduler(tokens=10_000, urgent_step_tokens=100)
+    story = Request(arrival=0.0, chunks=(2.0,) * 12, due_at=60.0)
+    for i in range(12):
+        s.add(story.chunk(i))
+    assert sum(u.packed_len for u in s.schedule(now=0.0).utts) == AHEAD_STEP_FACTOR * 100
+    files = scheduler(tokens=10_000, urgent_step_tokens=100)
+    for _ in range(12):
+        files.add(Request(arrival=0.0, chunks=(20.0,), stream="whole").chunk(0))
+    assert len(files.schedule(now=0.0).utts) == 12
 
 
 def test_urgent_chunks_beyond_the_urgent_step_budget_all_run():

@@ -12,7 +12,9 @@ policies:
   playback, then whole-file requests, fill what is left and never block. While urgent
   chunks run, a step holds at most `urgent_step_tokens` packed tokens (or the urgent
   chunks' own, when more): a step's time grows with its tokens, and an urgent chunk needs
-  all its steps to be short, not the batch to be full. Running chunks that no longer fit
+  all its steps to be short, not the batch to be full; while streams' later chunks run
+  without urgent ones, steps stay within `AHEAD_STEP_FACTOR` times that, so a first chunk
+  arriving does not wait behind a long step. Running chunks that no longer fit
   are paused (whole-file ones first, most slack first); they resume when room frees or
   their slack runs out. Pausing is safe and costs nothing: an utterance's canvas stays on
   the device and its tokens depend only on its own schedule index and generator, never on
@@ -65,6 +67,10 @@ class _Waiting:
 
 
 POLICIES = ("deadline", "fifo")
+# With no urgent chunk, streams' later chunks still run in steps of at most this many times
+# `urgent_step_tokens` (8192: ~17 ms on an H200, ~5% below a full step's rate): a new turn's
+# first sentence waits for the step in flight, and a 32k-token step would be ~66 ms of that.
+AHEAD_STEP_FACTOR = 4
 
 
 class Scheduler:
@@ -152,9 +158,9 @@ class Scheduler:
             urgent.append(utt)
             tokens += utt.packed_len
             joined.append(entry)
-        # 2. the rest fill up to the cap: the whole budget, or while urgent chunks run, the
-        #    urgent step budget (a small step is a fast one), running chunks before waiting ones
-        cap = self._cap(tokens if urgent else 0)
+        # 2. the rest fill up to the cap (a small step is a fast one), running chunks first
+        ahead = any(t == deadlines.AHEAD for t in tier.values())
+        cap = self._cap(tokens if urgent else 0, ahead)
         keep = urgent[:]
         paused: list[Utterance] = []
         for utt in sorted((u for u in self.running if tier[id(u)] != deadlines.URGENT), key=by_need):
@@ -181,12 +187,18 @@ class Scheduler:
         self.paused_total += len(paused)
         return ScheduledBatch(list(self.running), len(joined))
 
-    def _cap(self, urgent_tokens: int) -> int:
+    def _cap(self, urgent_tokens: int, ahead: bool) -> int:
         """Packed tokens this step may hold: while urgent chunks run, `urgent_step_tokens`
-        (or the urgent chunks' own tokens, when more), else the whole budget."""
-        if not urgent_tokens or not self.urgent_step_tokens:
+        (or the urgent chunks' own tokens, when more); while streams' later chunks are about,
+        `AHEAD_STEP_FACTOR` times that (a first chunk arriving now waits for the step in
+        flight); with only whole-file work, the whole budget."""
+        if not self.urgent_step_tokens:
             return self.max_packed_tokens
-        return min(self.max_packed_tokens, max(self.urgent_step_tokens, urgent_tokens))
+        if urgent_tokens:
+            return min(self.max_packed_tokens, max(self.urgent_step_tokens, urgent_tokens))
+        if ahead:
+            return min(self.max_packed_tokens, AHEAD_STEP_FACTOR * self.urgent_step_tokens)
+        return self.max_packed_tokens
 
     def advance(self, step: LaunchedStep) -> list[Utterance]:
         """Each utterance the step launched moved one step on; retire and return those done."""
