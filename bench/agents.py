@@ -149,15 +149,16 @@ async def level(url: str, agents: int, args, options: dict) -> dict:
             "passed": bool(turns) and failed == 0 and not underruns and p95 is not None and p95 <= p95_ms}
 
 
-async def sustained(url: str, args, options: dict) -> dict:
+async def sustained(url: str, args, options: dict, done: dict | None = None) -> dict:
     """Doubling from `start` while levels pass, then bisection: the most agents that pass."""
     levels: list[dict] = []
 
     async def run(n: int) -> bool:
         result = await level(url, n, args, options)
         levels.append(result)
-        if args.out:  # a run cut short keeps the levels it measured
-            Path(args.out).write_text(json.dumps({"partial": True, "levels": levels}, indent=2) + "\n")
+        if args.out:  # a run cut short keeps the modes done and the levels it measured
+            partial = {"partial": True, "modes": done or {}, "levels": levels}
+            Path(args.out).write_text(json.dumps(partial, indent=2) + "\n")
         print(f"  {n} agents: p95 first audio {result['first_audio_ms'].get('p95')} ms, "
               f"{result['underruns']} underruns, {result['turns']} turns -> "
               f"{'pass' if result['passed'] else 'fail'}", file=sys.stderr)
@@ -178,8 +179,8 @@ async def sustained(url: str, args, options: dict) -> dict:
     return {"agents_sustained": good, "at_sustained": at, "levels": levels}
 
 
-async def one_mode(url: str, args, options: dict) -> dict:
-    out = await sustained(url, args, options)
+async def one_mode(url: str, args, options: dict, done: dict | None = None) -> dict:
+    out = await sustained(url, args, options, done)
     specs = [replace(s, num_step=args.num_step)
              for s in plain_mix(args.throughput_requests, seed=args.seed, lo=2.0, hi=12.0)]
     out["throughput"] = await ws_bench.throughput(url, specs, connections=min(16, len(specs)))
@@ -261,14 +262,14 @@ def main(argv: list[str] | None = None) -> int:
     for mode in [m.strip() for m in args.scheduling.split(",") if m.strip()]:
         print(f"scheduling {mode}:", file=sys.stderr)
         if args.url:
-            modes[mode] = ws_bench.run(one_mode(args.url.replace("http", "ws", 1) + "/v1/stream", args, options))
+            modes[mode] = ws_bench.run(one_mode(args.url.replace("http", "ws", 1) + "/v1/stream", args, options, modes))
             continue
         flags = [] if mode == "default" else ["--scheduling", mode]
         with tempfile.TemporaryDirectory() as tmp:
             server = ServerProcess(["--voices-dir", str(Path(tmp) / "voices"), "--log-level", "warning",
                                     *serve_args, *flags], Path(tmp) / "server.log").start()
             try:
-                modes[mode] = ws_bench.run(one_mode(server.ws_url, args, options))
+                modes[mode] = ws_bench.run(one_mode(server.ws_url, args, options, modes))
             finally:
                 server.stop()
     date = datetime.now(UTC)
