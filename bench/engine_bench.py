@@ -127,9 +127,9 @@ class StageTimer:
         build, backbone, sampler_step, decode = self._orig
         timer = self
 
-        def timed_build(items, device):
+        def timed_build(items, *args, **kwargs):
             t0 = time.perf_counter()
-            canvas = build(items, device)
+            canvas = build(items, *args, **kwargs)
             timer.records.append({"build_host": time.perf_counter() - t0, "tokens": canvas.total_len,
                                   "items": len(items)})
             return canvas
@@ -227,10 +227,12 @@ def run_mix(engine, specs: list[RequestSpec], voice=None, timeout: float = 300.0
         if timer:
             timer.restore()
     secs = audio_seconds(specs)
+    outcomes = sink.outcomes([s.request_id for s in specs])
+    all_done = outcomes == {"done": len(specs)}  # planned audio counts only if every request made it
     out = {
         "requests": len(specs), "audio_seconds": round(secs, 2), "wall_s": round(wall, 3),
-        "audio_s_per_s": round(secs / wall, 2), "completed_in_time": ok,
-        "outcomes": sink.outcomes([s.request_id for s in specs]),
+        "audio_s_per_s": round(secs / wall, 2) if all_done else None, "completed_in_time": ok,
+        "outcomes": outcomes,
         "errors": sink.errors([s.request_id for s in specs]),
         "output_audio_seconds": round(sum(sink.audio_samples.values()) / engine.sample_rate, 2),
         "total_ms": stats([sink.ms(s.request_id) for s in specs if sink.ms(s.request_id) is not None], 1),
