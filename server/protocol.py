@@ -140,6 +140,7 @@ class Limits(Struct):
     max_text_chars: int
     max_inflight: int
     max_num_step: int = MAX_NUM_STEP
+    max_audio_seconds: float | None = None  # --max-audio-seconds; null when unlimited
 
 
 class Ready(Struct, tag="ready", tag_field="type"):

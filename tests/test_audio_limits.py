@@ -40,11 +40,12 @@ def test_a_request_over_max_audio_seconds_is_refused_with_its_field(limited_serv
             # the same text at its natural speed fits
             await s.synthesize("ok", LONG, options={"num_step": 2}, progress=False)
             ok = (await s.collect(["ok"]))["ok"]
-            return by_duration, by_speed, ok
+            return by_duration, by_speed, ok, s.ready
         finally:
             await s.close()
 
-    by_duration, by_speed, ok = asyncio.run(main())
+    by_duration, by_speed, ok, ready = asyncio.run(main())
+    assert ready["limits"]["max_audio_seconds"] == LIMIT_S  # advertised before anything is sent
     assert by_duration["field"] == "options.duration" and f"limit of {LIMIT_S} s" in by_duration["message"]
     assert by_speed["field"] == "options.speed"
     assert ok.end["type"] == "done" and sum(ok.of("accepted")[0]["target_seconds"]) <= LIMIT_S

@@ -26,7 +26,8 @@ def test_ready_and_one_request_of_each_kind(chorus_server):
         assert s.ready == {"type": "ready", "protocol": 1, "model": "omnivoice-random-demo", "sample_rate": 24000,
                            "encodings": ["pcm_s16le", "f32le", "mulaw", "alaw", "opus"],
                            "sample_rates": [8000, 16000, 22050, 24000, 44100, 48000],
-                           "limits": {"max_text_chars": 5000, "max_inflight": 16, "max_num_step": 64}}
+                           "limits": {"max_text_chars": 5000, "max_inflight": 16, "max_num_step": 64,
+                                      "max_audio_seconds": 1800.0}}
         await s.synthesize("plain", "Hello there. How are you?", options={"num_step": 6})
         await s.synthesize("chunks", "One sentence here. Another one follows. And a third.",
                            encoding="f32le", options={"num_step": 5, "chunk_threshold": 0, "chunk_seconds": 1.0})

@@ -83,7 +83,8 @@ class Connection:
         self._send(p.Ready(
             model=self.service.model_name,
             sample_rate=self.service.sample_rate,
-            limits=p.Limits(self.cfg.max_text_chars, self.cfg.max_inflight_per_connection),
+            limits=p.Limits(self.cfg.max_text_chars, self.cfg.max_inflight_per_connection,
+                            max_audio_seconds=self.cfg.engine.max_audio_seconds),
         ))
         writer = asyncio.create_task(self.outbox.run())
         watchdog = asyncio.create_task(self._watch_idle()) if self.cfg.idle_timeout > 0 else None
