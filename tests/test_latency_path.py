@@ -1,8 +1,9 @@
 """What lies between a client's frame and the engine's clock: nothing hidden.
 
 The engine's timings count from the moment the server received the frame (not from the
-engine's submit), and audio frames go out uncompressed (deflating audio costs time on both
-ends and saves nothing).
+engine's submit), a request that did not ask for progress hands the event loop nothing per
+step, and audio frames go out uncompressed (deflating audio costs time on both ends and saves
+nothing).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import time
 
 import websockets
 
-from server.engine.types import GenerationOptions, SynthesisRequest
+from server.engine.types import ChunkAudio, GenerationOptions, Progress, SynthesisRequest
 from tests.engine_helpers import Collector
 
 
@@ -36,6 +37,18 @@ def test_engine_timings_without_a_receive_time_count_from_submit(engine):
     sink.wait(["plain"])
     assert sink.finished["plain"].outcome == "done"
     assert sink.finished["plain"].total_ms < 5000  # not measured from some earlier epoch
+
+
+def test_progress_events_only_for_requests_that_ask(engine):
+    sink = Collector()
+    opts = GenerationOptions(num_step=4, seed=1)
+    engine.submit(SynthesisRequest("quiet", "A short line.", options=opts, progress=False), sink)
+    engine.submit(SynthesisRequest("chatty", "A short line.", options=opts), sink)
+    sink.wait(["quiet", "chatty"])
+    kinds = {rid: [type(e) for e in sink.events[rid]] for rid in ("quiet", "chatty")}
+    assert Progress not in kinds["quiet"] and ChunkAudio in kinds["quiet"]
+    assert kinds["chatty"].count(Progress) == 4  # one per step of its one chunk
+    assert sink.finished["quiet"].outcome == sink.finished["chatty"].outcome == "done"
 
 
 def test_websocket_does_not_compress_audio(chorus_server):
