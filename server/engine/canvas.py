@@ -91,12 +91,23 @@ class PackedCanvas:
         return cond, uncond
 
 
-def _to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
+def host_to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
     """Host index arrays -> device, through pinned memory without blocking the host."""
     tensor = torch.from_numpy(array)
     if device.type == "cpu":
         return tensor
     return tensor.pin_memory().to(device, non_blocking=True)
+
+
+def same_items(a: list[CanvasItem], b: list[CanvasItem]) -> bool:
+    """The very same items in the same order: a steady batch, whose index arrays still hold."""
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+
+
+def _token_rows(items: list[CanvasItem]) -> list[torch.Tensor]:
+    """The packed row's token parts in order: prefix, target, then the CFG copy of the target."""
+    return [part for item in items for part in
+            ((item.prefix_ids, item.tokens, item.tokens) if item.does_cfg else (item.prefix_ids, item.tokens))]
 
 
 def build_packed_canvas(items: list[CanvasItem], device: torch.device | str,
@@ -108,12 +119,8 @@ def build_packed_canvas(items: list[CanvasItem], device: torch.device | str,
     `previous` packed the very same items (a steady batch), its index arrays are reused.
     """
     device = torch.device(device)
-    if previous is not None and len(previous.items) == len(items) and all(
-            a is b for a, b in zip(items, previous.items)):
-        ids = [part for item in items for part in
-               ((item.prefix_ids, item.tokens, item.tokens) if item.does_cfg else (item.prefix_ids, item.tokens))]
-        return replace(previous, packed_ids=torch.cat(ids, dim=1), items=list(items))
-    ids_parts: list[torch.Tensor] = []
+    if previous is not None and same_items(items, previous.items):
+        return replace(previous, packed_ids=torch.cat(_token_rows(items), dim=1), items=list(items))
     mask_parts: list[np.ndarray] = []
     doc_lens: list[int] = []
     cond_tgt: list[np.ndarray] = []
@@ -121,14 +128,12 @@ def build_packed_canvas(items: list[CanvasItem], device: torch.device | str,
     offset = 0
     for item in items:
         t_len, p_len = item.target_len, item.prefix_len
-        ids_parts += [item.prefix_ids, item.tokens]
         mask_parts.append(item.prefix_audio_mask_host)
         mask_parts.append(np.ones(t_len, dtype=np.bool_))
         doc_lens.append(item.cond_len)
         cond_tgt.append(np.arange(offset + p_len, offset + p_len + t_len, dtype=np.int64))
         offset += item.cond_len
         if item.does_cfg:
-            ids_parts.append(item.tokens)
             mask_parts.append(np.ones(t_len, dtype=np.bool_))
             doc_lens.append(t_len)
             uncond_tgt.append(np.arange(offset, offset + t_len, dtype=np.int64))
@@ -149,11 +154,11 @@ def build_packed_canvas(items: list[CanvasItem], device: torch.device | str,
 
     positions = np.concatenate([np.arange(n, dtype=np.int64) for n in doc_lens])
     return PackedCanvas(
-        packed_ids=torch.cat(ids_parts, dim=1),
-        audio_mask=_to_device(np.concatenate(mask_parts), device),
-        position_ids=_to_device(positions, device),
+        packed_ids=torch.cat(_token_rows(items), dim=1),
+        audio_mask=host_to_device(np.concatenate(mask_parts), device),
+        position_ids=host_to_device(positions, device),
         doc_lens=doc_lens,
-        tgt_index=_to_device(np.concatenate(cond_tgt + uncond_tgt), device),
+        tgt_index=host_to_device(np.concatenate(cond_tgt + uncond_tgt), device),
         items=items,
         cond_offsets=cond_offsets,
         uncond_offsets=uncond_offsets,

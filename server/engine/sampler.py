@@ -27,7 +27,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from server.engine.canvas import PackedCanvas
+from server.engine.canvas import PackedCanvas, host_to_device, same_items
 from server.engine.request import Utterance
 from server.engine.upstream_names import filter_top_k
 
@@ -39,11 +39,6 @@ def _gumbel(u: torch.Tensor) -> torch.Tensor:
 
 def _uniform(shape, generator: torch.Generator, device: torch.device) -> torch.Tensor:
     return torch.rand(shape, generator=generator, device=device, dtype=torch.float32)
-
-
-def _to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
-    tensor = torch.from_numpy(array)
-    return tensor if device.type == "cpu" else tensor.pin_memory().to(device, non_blocking=True)
 
 
 @dataclass
@@ -60,9 +55,6 @@ class _StepLayout:
     cfg_rows: torch.Tensor | None  # conditional rows of the items doing CFG
     cfg_scale: torch.Tensor | None  # (cfg rows, 1, 1) their guidance scales
 
-    def fits(self, items: list) -> bool:
-        return len(items) == len(self.items) and all(a is b for a, b in zip(items, self.items))
-
 
 class Sampler:
     def __init__(self, mask_id: int, num_codebooks: int, device: torch.device):
@@ -73,7 +65,7 @@ class Sampler:
         self._last: _StepLayout | None = None
 
     def _layout(self, canvas: PackedCanvas, utts: list[Utterance]) -> _StepLayout:
-        if self._last is not None and self._last.fits(canvas.items):
+        if self._last is not None and same_items(canvas.items, self._last.items):
             return self._last
         items = canvas.items
         lengths = np.array([item.target_len for item in items], dtype=np.int64)
@@ -91,14 +83,14 @@ class Sampler:
         if cfg.any():
             keep = np.repeat(cfg, lengths)
             cond_rows = np.concatenate([np.arange(o, o + n) for o, n in zip(canvas.cond_offsets, lengths)])
-            cfg_rows = _to_device(cond_rows[keep], self.device)
-            cfg_scale = _to_device(np.repeat(scales, lengths)[keep].reshape(-1, 1, 1), self.device)
+            cfg_rows = host_to_device(cond_rows[keep], self.device)
+            cfg_scale = host_to_device(np.repeat(scales, lengths)[keep].reshape(-1, 1, 1), self.device)
         self._last = _StepLayout(
             items=list(items),
-            row_item=_to_device(row_item, self.device),
-            row_pos=_to_device(row_pos, self.device),
-            row_penalty=_to_device(np.repeat(penalty, lengths)[:, None], self.device),
-            row_temp=_to_device(np.repeat(temps, lengths)[:, None], self.device),
+            row_item=host_to_device(row_item, self.device),
+            row_pos=host_to_device(row_pos, self.device),
+            row_penalty=host_to_device(np.repeat(penalty, lengths)[:, None], self.device),
+            row_temp=host_to_device(np.repeat(temps, lengths)[:, None], self.device),
             t_max=int(lengths.max()) if len(lengths) else 0,
             cfg_rows=cfg_rows,
             cfg_scale=cfg_scale,
@@ -119,7 +111,7 @@ class Sampler:
         n_cond = sum(item.target_len for item in items)
         k_host = [u.schedule[u.step] for u in utts]  # this step's picks per item
         k_max = max(k_host, default=0)
-        take = _to_device(np.arange(k_max)[None, :] < np.array(k_host, dtype=np.int64)[:, None], self.device)
+        take = host_to_device(np.arange(k_max)[None, :] < np.array(k_host, dtype=np.int64)[:, None], self.device)
 
         log_probs = F.log_softmax(logits[:n_cond], dim=-1)
         if layout.cfg_rows is not None:
