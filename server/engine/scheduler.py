@@ -146,9 +146,10 @@ class Scheduler:
         tokens = sum(u.packed_len for u in urgent)
         joined: list[_Waiting] = []
         blocked = False
+        waiting = sorted(self.waiting, key=lambda w: (*by_need(w.utt), w.key))  # urgent first, least slack
         # 1. urgent waiting chunks, least slack first, into the whole budget (the running
         #    non-urgent ones give way below); one that does not fit blocks the rest
-        for entry in sorted(self.waiting, key=lambda w: (*by_need(w.utt), w.key)):
+        for entry in waiting:
             utt = entry.utt
             if tier[id(utt)] != deadlines.URGENT:
                 break
@@ -170,7 +171,7 @@ class Scheduler:
             else:
                 paused.append(utt)
         if not blocked:  # nothing overtakes an urgent chunk that cannot get in yet
-            for entry in sorted(self.waiting, key=lambda w: (*by_need(w.utt), w.key)):
+            for entry in waiting:
                 utt = entry.utt
                 if tier[id(utt)] == deadlines.URGENT:
                     continue  # admitted above
