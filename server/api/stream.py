@@ -228,9 +228,8 @@ class Connection:
 
     def _deliver(self, req: _Request, event: Progress | ChunkAudio | Finished) -> None:
         """The service's ordered events for `req` -> frames (on the event loop)."""
-        if isinstance(event, Progress):
-            if req.progress:
-                self._send(p.ProgressMsg(req.client_id, event.chunk, event.step, event.num_steps, event.fraction))
+        if isinstance(event, Progress):  # the engine sends them only when the request asked (`progress`)
+            self._send(p.ProgressMsg(req.client_id, event.chunk, event.step, event.num_steps, event.fraction))
         elif isinstance(event, ChunkAudio):
             if req.encoder is None:
                 rate = req.sample_rate or default_rate(req.encoding, event.sample_rate)

@@ -211,10 +211,9 @@ class StreamSession:
     def _on_event(self, seg: _Segment, event: Progress | ChunkAudio | Finished) -> None:
         if self.ended:
             return
-        if isinstance(event, Progress):
-            if self.msg.progress:
-                self.outlet.send(StreamProgressMsg(self.id, event.chunk, event.step, event.num_steps,
-                                                   event.fraction, segment=seg.index))
+        if isinstance(event, Progress):  # the engine sends them only when the stream asked (`progress`)
+            self.outlet.send(StreamProgressMsg(self.id, event.chunk, event.step, event.num_steps,
+                                               event.fraction, segment=seg.index))
         elif isinstance(event, ChunkAudio):
             if seg.index == self.head:
                 self._send_audio(seg, event)
