@@ -18,6 +18,10 @@ and Poisson loaded scenarios (10 s lines at 70%).
     python -m bench.agents --num-step 32 -- --model ckpt-full --device cuda
     python -m bench.agents --scheduling default --start 2 --max-agents 2 --level-seconds 3 \
         --ramp-seconds 0 -- --model ckpt-tiny
+
+`--levels 96 --level-seconds 300` runs just those levels (a long confirmation run). Modes run
+side by side on the GPUs of one host (`CUDA_VISIBLE_DEVICES=0 ... --scheduling deadline`,
+`CUDA_VISIBLE_DEVICES=1 ... --scheduling fifo`) merge into one report with `--combine A B`.
 """
 
 from __future__ import annotations
@@ -164,6 +168,11 @@ async def sustained(url: str, args, options: dict, done: dict | None = None) -> 
               f"{'pass' if result['passed'] else 'fail'}", file=sys.stderr)
         return result["passed"]
 
+    if args.levels:  # exactly these levels, e.g. one long confirmation run
+        passed = [n for n in args.levels if await run(n)]
+        good = max(passed, default=0)
+        at = next((lv for lv in reversed(levels) if lv["agents"] == good and lv["passed"]), None)
+        return {"agents_sustained": good, "at_sustained": at, "levels": levels}
     good, bad, n = 0, None, args.start
     while n <= args.max_agents and await run(n):
         good, n = n, n * 2
@@ -226,6 +235,37 @@ def _range(text: str) -> tuple[int, int]:
     return bounds
 
 
+def _levels(text: str) -> list[int]:
+    try:
+        levels = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of agent counts: {text!r} (e.g. 64,96)") from None
+    if not levels or min(levels) < 1:
+        raise argparse.ArgumentTypeError("agent counts must be >= 1")
+    return levels
+
+
+def combine(paths: list[str]) -> dict:
+    """One report from several run at the same time (one mode per GPU): their modes, a summary
+    over all of them, and each run's command. The run took as long as the longest of them."""
+    reports = [json.loads(Path(p).read_text()) for p in paths]
+    modes: dict[str, dict] = {}
+    for report in reports:
+        for name, mode in report["modes"].items():
+            if name in modes:
+                raise ValueError(f"mode {name!r} is in more than one report")
+            modes[name] = mode
+    metas = [r["meta"] for r in reports]
+    commits = {m.get("commit") for m in metas}
+    if len(commits) > 1:
+        raise ValueError(f"reports from different commits: {sorted(map(str, commits))}")
+    minutes = max(r["summary"]["minutes"] for r in reports)
+    return {"summary": summary(modes, minutes, metas[0].get("gpu"), metas[0].get("commit")),
+            "meta": {"combined_from": metas,
+                     "note": "modes run at the same time, each against its own server on its own GPU of one host"},
+            "modes": modes}
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.agents", description=__doc__.splitlines()[0],
                                 epilog="Arguments after `--` go to every `chorus serve` this starts.")
@@ -233,6 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scheduling", default="deadline,fifo", help="modes, comma-separated; `default`: no flag")
     p.add_argument("--start", type=int, default=8, help="agents at the first level")
     p.add_argument("--max-agents", type=int, default=256)
+    p.add_argument("--levels", type=_levels, default=None,
+                   help="run exactly these agent counts (comma-separated), no doubling or bisection")
     p.add_argument("--level-seconds", type=float, default=60.0, help="measured seconds per level, after the ramp")
     p.add_argument("--ramp-seconds", type=float, default=10.0,
                    help="agents join evenly over this long before a level is measured (0: all at once)")
@@ -243,12 +285,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sentences", type=_range, default=(2, 8), help="sentences per answer, LO-HI (default 2-8)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="default: bench/results/<date>-<gpu|cpu>-agents.json")
+    p.add_argument("--combine", nargs="+", default=None, metavar="REPORT",
+                   help="merge reports of modes run side by side (e.g. one per GPU of a host) into one, "
+                        "with its summary over all their modes; runs nothing")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     argv, serve_args = split_serve_args(argv)
     args = build_parser().parse_args(argv)
+    if args.combine:
+        emit_report(combine(args.combine), args.out)
+        return 0
     options = {"num_step": args.num_step}
     t0 = time.perf_counter()
     modes: dict[str, dict] = {}

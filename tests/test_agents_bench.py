@@ -33,3 +33,54 @@ def test_agents_bench_reports_its_shape_with_audio(tiny_checkpoint, tmp_path):
     assert all(min(lv["underruns"], 50) == len(lv["underrun_list"]) for lv in mode["levels"])
     assert mode["throughput"]["outcomes"].get("done") == 4
     assert "loaded" in mode
+
+
+def _report(mode: str, sustained: int, p95: float, thr: float, loaded: float, minutes: float, commit="abc") -> dict:
+    level = {"agents": sustained, "passed": True, "underruns": 0, "first_audio_ms": {"p95": p95}}
+    return {"summary": {"minutes": minutes},
+            "meta": {"command": f"python -m bench.agents --scheduling {mode}", "gpu": "G", "commit": commit},
+            "modes": {mode: {"agents_sustained": sustained, "at_sustained": level, "levels": [level],
+                             "throughput": {"audio_s_per_s": thr},
+                             "loaded": {"client_first_audio_ms": {"p95": loaded}}}}}
+
+
+def test_combine_merges_modes_run_side_by_side(tmp_path):
+    from bench.agents import combine
+
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(_report("deadline", 96, 280.0, 200.0, 500.0, 7.5)))
+    b.write_text(json.dumps(_report("fifo", 72, 290.0, 210.0, 600.0, 8.0)))
+    merged = combine([str(a), str(b)])
+    s = merged["summary"]
+    assert list(s) == SUMMARY_KEYS
+    assert (s["agents_sustained"], s["agents_sustained_fifo"], s["p95_first_audio_ms"]) == (96, 72, 280.0)
+    assert (s["loaded_p95_first_audio_ms_deadline"], s["loaded_p95_first_audio_ms_fifo"]) == (500.0, 600.0)
+    assert s["throughput_ratio_deadline_vs_fifo"] == round(200 / 210, 3) and s["minutes"] == 8.0
+    assert [m["command"] for m in merged["meta"]["combined_from"]] == [
+        "python -m bench.agents --scheduling deadline", "python -m bench.agents --scheduling fifo"]
+
+
+def test_combine_refuses_mixed_commits_and_repeated_modes(tmp_path):
+    import pytest
+
+    from bench.agents import combine
+
+    a, b, c = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "c.json"
+    a.write_text(json.dumps(_report("deadline", 96, 280.0, 200.0, 500.0, 7.5)))
+    b.write_text(json.dumps(_report("fifo", 72, 290.0, 210.0, 600.0, 8.0, commit="other")))
+    c.write_text(json.dumps(_report("deadline", 64, 250.0, 200.0, 500.0, 7.5)))
+    with pytest.raises(ValueError, match="different commits"):
+        combine([str(a), str(b)])
+    with pytest.raises(ValueError, match="more than one report"):
+        combine([str(a), str(c)])
+
+
+def test_levels_option_parses_and_refuses_nonsense():
+    import pytest
+
+    from bench.agents import build_parser
+
+    assert build_parser().parse_args(["--levels", "64,96"]).levels == [64, 96]
+    for bad in ("0", "x", ""):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["--levels", bad])
