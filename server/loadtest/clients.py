@@ -1,5 +1,9 @@
 """The load test's clients: each keeps a few mixed requests in flight on one WebSocket,
-cancels some, and checks the protocol as frames arrive (see `server.loadtest`)."""
+cancels some, and checks the protocol as frames arrive (see `server.loadtest`).
+
+Closed loop by default (the next request goes when one ends, so the load is whatever the
+server saturates at); with a rate, open loop: requests go at seeded Poisson times, so a
+soak can hold a chosen share of capacity."""
 
 from __future__ import annotations
 
@@ -49,18 +53,27 @@ class _Pending:
 
 
 async def run_client(index: int, url: str, deadline: float, inflight: int, cancel_rate: float,
-                     num_steps: list[int], report: Report, rng: random.Random) -> None:
+                     num_steps: list[int], report: Report, rng: random.Random,
+                     rate_per_s: float | None = None, arrivals: random.Random | None = None) -> int:
+    """One client until `deadline`, then until its requests end. Closed loop without `rate_per_s`;
+    with it, a sender task sends at Poisson times (`arrivals` draws the gaps) while this task
+    stays the socket's only reader, at most `inflight` outstanding. Returns how many paced
+    sends had to wait for a free slot (the server fell behind the rate)."""
     import websockets
 
     pending: dict[str, _Pending] = {}
     counter = 0
     cancels: set[asyncio.Task] = set()
+    sender: asyncio.Task | None = None
+    recv: asyncio.Task | None = None
+    freed = asyncio.Event()  # a request ended: a paced send waiting at the cap may go
+    delayed = 0
     try:
         async with websockets.connect(url, max_size=None, open_timeout=60) as ws:
             ready = json.loads(await asyncio.wait_for(ws.recv(), 60))
             if ready.get("type") != "ready":
                 report.violation(f"client {index}: first frame {ready.get('type')!r}, not ready")
-                return
+                return delayed
 
             async def cancel_later(rid: str) -> None:
                 await asyncio.sleep(rng.random() * 0.3)
@@ -80,10 +93,58 @@ async def run_client(index: int, url: str, deadline: float, inflight: int, cance
                     cancels.add(task)
                     task.add_done_callback(cancels.discard)
 
-            for _ in range(inflight):
-                await send_one()
-            while pending:
-                frame = await asyncio.wait_for(ws.recv(), timeout=max(60.0, deadline + 120 - time.time()))
+            async def send_paced() -> None:
+                nonlocal delayed
+                assert rate_per_s is not None and arrivals is not None
+                loop = asyncio.get_running_loop()
+                due = loop.time()
+                while True:
+                    due += arrivals.expovariate(rate_per_s)
+                    if time.time() + (due - loop.time()) >= deadline:
+                        return  # the next send time is past the deadline: stop now, not then
+                    await asyncio.sleep(max(0.0, due - loop.time()))
+                    if len(pending) >= inflight:
+                        delayed += 1
+                        while len(pending) >= inflight:
+                            freed.clear()
+                            try:
+                                await asyncio.wait_for(freed.wait(), timeout=max(0.0, deadline - time.time()))
+                            except TimeoutError:
+                                return
+                    if time.time() >= deadline:
+                        return
+                    await send_one()
+
+            async def next_frame() -> str | bytes | None:
+                """The next frame; paced, None when the sender stopped or nothing is in flight
+                yet (an idle gap between sends is no hang), and the caller looks again."""
+                nonlocal recv
+                timeout = max(60.0, deadline + 120 - time.time())
+                if sender is None:
+                    return await asyncio.wait_for(ws.recv(), timeout=timeout)
+                if recv is None:
+                    recv = asyncio.create_task(ws.recv())
+                waiting = {recv} if sender.done() else {recv, sender}
+                done, _ = await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+                if recv in done:
+                    frame, recv = recv.result(), None
+                    return frame
+                if sender in done:
+                    sender.result()  # a failed send is the connection's failure
+                    return None
+                if pending:
+                    raise TimeoutError()
+                return None
+
+            if rate_per_s is None:
+                for _ in range(inflight):
+                    await send_one()
+            else:
+                sender = asyncio.create_task(send_paced())
+            while pending or (sender is not None and not sender.done()):
+                frame = await next_frame()
+                if frame is None:
+                    continue
                 if isinstance(frame, bytes):
                     (n,) = struct.unpack(">I", frame[:4])
                     header = json.loads(frame[4 : 4 + n])
@@ -139,7 +200,9 @@ async def run_client(index: int, url: str, deadline: float, inflight: int, cance
                         report.audio_seconds += msg.get("audio_seconds", 0.0)
                         if state.first_audio is not None:
                             report.first_audio_ms.append((state.first_audio - state.t0) * 1000)
-                    if time.time() < deadline:
+                    if sender is not None:
+                        freed.set()
+                    elif time.time() < deadline:
                         await send_one()
                 elif kind == "error" and rid is None:
                     report.violation(f"client {index}: an error without an id: {msg}")
@@ -150,7 +213,13 @@ async def run_client(index: int, url: str, deadline: float, inflight: int, cance
     finally:
         for task in list(cancels):
             task.cancel()
+        for task in (sender, recv):
+            if task is not None:
+                task.cancel()
+                if task.done() and not task.cancelled():
+                    task.exception()  # seen here, so not logged as never retrieved
         report.unfinished += sum(1 for s in pending.values() if s.accepted)
+    return delayed
 
 
 async def sample_rss(pid: int | None, report: Report, start: float, stop: asyncio.Event, every: float) -> None:
@@ -179,8 +248,12 @@ async def server_inflight(base_url: str, headers: dict[str, str]) -> float | Non
 
 async def run_load(url: str, clients: int, seconds: float, inflight: int = 2, cancel_rate: float = 0.15,
                    server_pid: int | None = None, seed: int = 0, rss_every: float = 1.0,
-                   num_steps: list[int] | None = None, api_key: str | None = None) -> dict:
-    """Run the load against `url` (http://HOST:PORT) and return the report."""
+                   num_steps: list[int] | None = None, api_key: str | None = None,
+                   rate_per_s: float | None = None) -> dict:
+    """Run the load against `url` (http://HOST:PORT) and return the report. `rate_per_s`
+    (requests per second over all clients) paces the clients open loop; None saturates."""
+    if rate_per_s is not None and not rate_per_s > 0:
+        raise ValueError(f"rate_per_s must be positive, not {rate_per_s}")
     base = url.rstrip("/")
     ws_url = base.replace("http://", "ws://").replace("https://", "wss://") + "/v1/stream"
     headers = {}
@@ -196,8 +269,10 @@ async def run_load(url: str, clients: int, seconds: float, inflight: int = 2, ca
     stop = asyncio.Event()
     sampler = asyncio.create_task(sample_rss(server_pid, report, start, stop, rss_every))
     rng = random.Random(seed)
-    await asyncio.gather(*[
-        run_client(i, ws_url, deadline, inflight, cancel_rate, num_steps, report, random.Random(rng.random()))
+    per_client = rate_per_s / clients if rate_per_s is not None else None
+    delayed = await asyncio.gather(*[
+        run_client(i, ws_url, deadline, inflight, cancel_rate, num_steps, report, random.Random(rng.random()),
+                   per_client, random.Random(f"{seed}/arrivals/{i}") if per_client is not None else None)
         for i in range(clients)
     ])
     duration = time.perf_counter() - start
@@ -212,6 +287,10 @@ async def run_load(url: str, clients: int, seconds: float, inflight: int = 2, ca
     await sampler
     settings = {"clients": clients, "seconds": seconds, "inflight_per_client": inflight,
                 "cancel_rate": cancel_rate, "num_steps": num_steps, "seed": seed}
+    if rate_per_s is not None:
+        settings["rate_per_s"] = rate_per_s
     result = report.summary(duration, settings)
     result["server_inflight_after"] = left
+    if rate_per_s is not None:
+        result["sends_delayed_at_cap"] = sum(delayed)
     return result
