@@ -1,0 +1,42 @@
+"""The loaded-p95 queueing model: its step-cost curve, the simulation's limits, and a run on a
+committed `chorus bench` result."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.queue_model import StepCost, predict, simulate
+
+COST = StepCost((500, 1000, 4000), (2.0, 3.0, 9.0))
+
+
+def test_step_cost_interpolates_and_extends_by_the_last_rate():
+    assert COST(100) == 2.0 and COST(500) == 2.0 and COST(750) == 2.5 and COST(2500) == 6.0
+    assert COST(8000) == 18.0  # the last point's cost per token
+
+
+def test_a_lone_request_takes_its_steps_plus_the_fixed_part():
+    lat = simulate(0.01, COST, 500, num_step=32, extra_ms=10.0, seconds=3000, seed=1)
+    assert lat and min(lat) == pytest.approx(32 * 2.0 + 10.0)
+
+
+def test_latency_grows_with_load_and_scales_with_step_cost():
+    p95 = lambda xs: sorted(xs)[int(0.95 * len(xs))]
+    light, heavy = (simulate(rate, COST, 500, seconds=400, seed=3) for rate in (2.0, 8.0))
+    assert p95(heavy) > p95(light) > 64.0
+    slow = StepCost(COST.tokens, tuple(2 * m for m in COST.ms))
+    base, doubled = simulate(4.0, COST, 500, seconds=400, seed=5), simulate(2.0, slow, 500, seconds=800, seed=5)
+    assert len(base) == len(doubled)
+    assert doubled == pytest.approx([2 * x for x in base], rel=1e-6)
+
+
+def test_predict_on_a_committed_bench_result():
+    path = Path(__file__).parents[1] / "bench" / "results" / "2026-12-01-h200-rerun.json"
+    out = predict(json.loads(path.read_text()), target_ms=250.0, seconds=120)
+    pred, measured = out["predicted_first_audio_ms"], out["measured_first_audio_ms"]
+    assert out["tokens_per_request"] == 537 and out["rate_req_per_s"] > 10
+    assert 32 * out["step_cost_ms"]["535"] < pred["p50"] < pred["p95"] < measured["p95"]
+    assert 0 < out["scale_for_target"] < 1
