@@ -43,6 +43,10 @@ class Metrics:
                                        ["engine"], buckets=TOKEN_BUCKETS, registry=r)
         self.step_seconds = Histogram("chorus_step_seconds", "Wall time of one diffusion step", ["engine"],
                                       buckets=STEP_BUCKETS, registry=r)
+        self.step_interval = Histogram(
+            "chorus_step_interval_seconds", "Launch to launch of back-to-back steps (engine not idle): a "
+            "step's device time plus the host time between steps that the device waited for", ["engine"],
+            buckets=STEP_BUCKETS, registry=r)
         self.steps = Counter("chorus_steps", "Diffusion steps run", ["engine"], registry=r)
         self.audio_seconds = Counter("chorus_audio_seconds", "Seconds of audio produced", registry=r)
         self.first_audio = Histogram("chorus_time_to_first_audio_seconds", "From submission to the first audio",
@@ -78,6 +82,8 @@ class Metrics:
                 if record.index > seen:
                     self.packed_tokens.labels(name).observe(record.packed_tokens)
                     self.step_seconds.labels(name).observe(record.seconds)
+                    if record.interval is not None:
+                        self.step_interval.labels(name).observe(record.interval)
             if records:
                 self._seen_steps[name] = max(seen, records[-1].index)
 

@@ -9,6 +9,7 @@ nothing).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 
 import websockets
@@ -60,3 +61,21 @@ def test_websocket_does_not_compress_audio(chorus_server):
     header, extensions = asyncio.run(handshake())
     assert header is None
     assert extensions == []
+
+
+def test_step_intervals_count_back_to_back_steps_only(engine):
+    """A step's interval (launch to launch) is what a busy engine's cadence is; the first step
+    after the engine waited for work has none, so idle time never reads as host overhead."""
+    opts = GenerationOptions(num_step=4, seed=1)
+    for rid in ("first", "second"):  # the engine idles between the two
+        sink = Collector()
+        before = engine.step_log[-1].index if engine.step_log else 0
+        engine.submit(SynthesisRequest(rid, "A short line.", options=opts, progress=False), sink)
+        sink.wait([rid])
+        time.sleep(0.3)  # longer than the engine's idle wait for commands
+        records = [r for r in engine.step_log if r.index > before]
+        assert len(records) == 4
+        assert records[0].interval is None
+        assert all(r.interval is not None and r.interval > 0 for r in records[1:])
+        # back to back, a step starts no sooner than the previous one's device work allows
+        assert all(r.interval >= 0.5 * prev.seconds for prev, r in itertools.pairwise(records))

@@ -7,7 +7,8 @@ import httpx
 from tests.chorus_client import metric_value
 
 FAMILIES = ["chorus_requests_total", "chorus_queue_depth", "chorus_inflight_items", "chorus_inflight_requests",
-            "chorus_packed_tokens_per_step_bucket", "chorus_step_seconds_bucket", "chorus_steps_total",
+            "chorus_packed_tokens_per_step_bucket", "chorus_step_seconds_bucket", "chorus_step_interval_seconds_bucket",
+            "chorus_steps_total",
             "chorus_audio_seconds_total", "chorus_time_to_first_audio_seconds_bucket"]
 
 
@@ -28,6 +29,7 @@ def test_metrics_count_what_happened(chorus_server):
             "steps": metric_value(url, "chorus_steps_total", engine="engine0"),
             "step_obs": metric_value(url, "chorus_step_seconds_count", engine="engine0"),
             "tokens_obs": metric_value(url, "chorus_packed_tokens_per_step_count", engine="engine0"),
+            "interval_obs": metric_value(url, "chorus_step_interval_seconds_count", engine="engine0"),
             "first_audio": metric_value(url, "chorus_time_to_first_audio_seconds_count"),
         }
 
@@ -51,6 +53,9 @@ def test_metrics_count_what_happened(chorus_server):
     assert after["steps"] >= before["steps"] + 5
     assert after["step_obs"] - before["step_obs"] == after["steps"] - before["steps"]
     assert after["tokens_obs"] - before["tokens_obs"] == after["steps"] - before["steps"]
+    # every step but the first after the engine idled has a launch-to-launch interval
+    steps = after["steps"] - before["steps"]
+    assert steps - 1 <= after["interval_obs"] - before["interval_obs"] < steps
     assert after["first_audio"] == before["first_audio"] + 1
 
     text = httpx.get(url + "/metrics").text

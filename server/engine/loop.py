@@ -74,6 +74,7 @@ class EngineLoop:
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
         self._inflight: deque[LaunchedStep] = deque()  # launched, not yet settled
+        self._last_launch: float | None = None  # None once the engine has waited for work
         self._accepting = True
         self._closed = False  # the thread has exited: queued commands would never run
         self.ready = False
@@ -204,6 +205,8 @@ class EngineLoop:
         self.voice_encoder.shutdown()
 
     def _drain_commands(self, block: bool) -> None:
+        if block:  # idle: the next step's interval would count the wait
+            self._last_launch = None
         while True:
             try:
                 command = self._commands.get(timeout=0.25) if block else self._commands.get_nowait()
@@ -257,6 +260,7 @@ class EngineLoop:
                 utt.state.started_at = now
         self._steps += 1
         launched = self.runner.run(batch, self._steps)
+        launched.interval, self._last_launch = (None if self._last_launch is None else now - self._last_launch), now
         self.scheduler.advance(launched)
         for failure in launched.failed:
             self._finish(failure.utt.state, "error", f"the engine failed on this request: {failure.error}")
@@ -290,7 +294,7 @@ class EngineLoop:
         seconds = launched.timer.seconds()
         self.scheduler.observe_step(seconds)
         self.step_log.append(StepRecord(launched.index, launched.items, launched.packed_tokens, seconds,
-                                        launched.admitted))
+                                        launched.admitted, launched.interval))
 
     def _complete_chunk(self, utt: Utterance) -> None:
         """A chunk's last step has run: queue later chunks on it, hand it to the finisher."""
@@ -301,14 +305,11 @@ class EngineLoop:
             chunk0 = VoicePrompt(tokens=tokens, text=state.plan.chunks[0].text, rms=0.0)
             if not self._build(state, range(1, state.num_chunks), chunk0):
                 return
-        ready = None
-        if self.device.type == "cuda":
-            ready = torch.cuda.Event()
+        ready = torch.cuda.Event() if self.device.type == "cuda" else None
+        if ready is not None:
             ready.record()
-        request = state.request
-        rms = request.voice.rms if request.voice else None
-        postprocess = None if request.stream == "whole" else request.options.postprocess
-        self.finisher.decode(state, index, tokens, ready, rms, postprocess)
+        postprocess = None if state.request.stream == "whole" else state.request.options.postprocess
+        self.finisher.decode(state, index, tokens, ready, state.ref_rms, postprocess)
 
     def _chunk_decoded(self, done: ChunkDecoded) -> None:
         state = done.state
@@ -321,10 +322,8 @@ class EngineLoop:
             if len(state.raw_audio) == state.num_chunks:
                 self._finish(state, "done")
         elif len(state.raw_audio) == state.num_chunks:
-            request = state.request
-            rms = request.voice.rms if request.voice else None
-            self.finisher.join(state, [state.raw_audio[i] for i in range(state.num_chunks)], rms,
-                               request.options.postprocess)
+            chunks = [state.raw_audio[i] for i in range(state.num_chunks)]
+            self.finisher.join(state, chunks, state.ref_rms, state.request.options.postprocess)
 
     def _send_audio(self, state: RequestState, chunk: int, audio: np.ndarray, final: bool) -> None:
         if state.first_audio_at is None:

@@ -217,6 +217,11 @@ class RequestState:
         return len(self.plan.chunks)
 
     @property
+    def ref_rms(self) -> float | None:
+        """The reference voice's loudness, which post-processing restores (None: no reference)."""
+        return self.request.voice.rms if self.request.voice else None
+
+    @property
     def total_steps(self) -> int:
         return self.num_chunks * self.request.options.num_step
 

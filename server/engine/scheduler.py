@@ -51,6 +51,7 @@ class StepRecord:
     packed_tokens: int
     seconds: float
     admitted: int = 0
+    interval: float | None = None  # launch to launch of back-to-back steps: `seconds` + host gaps
 
 
 class ScheduledBatch(NamedTuple):
