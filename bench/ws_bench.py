@@ -8,7 +8,8 @@ server adds: parsing, the event loop, framing, the socket).
 - `single`: one 10 s line at a time, nothing else running;
 - `long`: a 60 s paragraph, chunk streaming, with default chunking and with fast start;
 - `throughput`: the 256 mix spread over 16 connections, all sent at once;
-- `loaded`: Poisson arrivals of 10 s lines at 70% of the measured throughput.
+- `loaded`: Poisson arrivals of 10 s lines at 70% of the measured throughput, with what the
+  server's steps did meanwhile (`bench/server_steps.py`) and each request's wait for its first step.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 
 from bench.metrics import stats
 from bench.mixes import RequestSpec, long_paragraph, make_text, poisson_arrivals
+from bench.server_steps import StepWatch
 
 MAX_FRAME = None  # audio frames of long requests are large; the client takes any size
 
@@ -187,16 +189,17 @@ async def loaded(url: str, max_audio_s_per_s: float, load: float = 0.7, duration
     specs = [RequestSpec(f"load{i:05d}", make_text(rng, seconds), seconds) for i in range(len(arrivals))]
     clients = [await Client.connect(url) for _ in range(connections)]
     try:
-        t0 = time.perf_counter()
-        waits = []
-        for i, (at, spec) in enumerate(zip(arrivals, specs)):
-            delay = t0 + at - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            client = clients[i % connections]
-            await client.send(spec.request_id, spec.text, options=_options(spec))
-            waits.append(client.wait(spec.request_id, 300))
-        rows = await asyncio.gather(*waits)
+        async with StepWatch(_http_base(url)) as steps:
+            t0 = time.perf_counter()
+            waits = []
+            for i, (at, spec) in enumerate(zip(arrivals, specs)):
+                delay = t0 + at - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                client = clients[i % connections]
+                await client.send(spec.request_id, spec.text, options=_options(spec))
+                waits.append(client.wait(spec.request_id, 300))
+            rows = await asyncio.gather(*waits)
     finally:
         await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
     done = [t for t in rows if t.outcome == "done"]
@@ -204,7 +207,16 @@ async def loaded(url: str, max_audio_s_per_s: float, load: float = 0.7, duration
             "outcomes": _outcomes(rows),
             "client_first_audio_ms": stats([t.first_ms for t in done], 1),
             "client_done_ms": stats([t.total_ms for t in done], 1),
-            "engine_first_audio_ms": stats([t.engine["first_audio_ms"] for t in done], 1)}
+            "engine_first_audio_ms": stats([t.engine["first_audio_ms"] for t in done], 1),
+            # submission -> first step: waiting for admission, not running
+            "engine_queue_ms": stats([t.engine["queue_ms"] for t in done], 1),
+            "server_steps": steps.result()}
+
+
+def _http_base(ws_url: str) -> str:
+    """ws://host:port/v1/stream -> http://host:port (wss -> https)."""
+    base = ws_url.split("/v1/", 1)[0]
+    return base.replace("wss://", "https://", 1).replace("ws://", "http://", 1)
 
 
 def run(coro):

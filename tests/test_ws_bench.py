@@ -36,3 +36,8 @@ def test_loaded_sends_poisson_arrivals_and_reports_percentiles(chorus_server):
     assert result["requests"] >= 1
     assert result["outcomes"] == {"done": result["requests"]}
     assert result["client_first_audio_ms"]["n"] == result["requests"]
+    assert result["engine_queue_ms"]["n"] == result["requests"]
+    steps = result["server_steps"]  # read from the server's /metrics around the window
+    assert "error" not in steps, steps
+    assert steps["steps"] > 0 and steps["mean_packed_tokens"] > 0 and steps["mean_step_ms"] > 0
+    assert 0 < steps["in_step_share"] <= 1.05
