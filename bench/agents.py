@@ -20,8 +20,9 @@ and Poisson loaded scenarios (10 s lines at 70%).
         --ramp-seconds 0 -- --model ckpt-tiny
 
 `--levels 96 --level-seconds 300` runs just those levels (a long confirmation run). Modes run
-side by side on the GPUs of one host (`CUDA_VISIBLE_DEVICES=0 ... --scheduling deadline`,
-`CUDA_VISIBLE_DEVICES=1 ... --scheduling fifo`) merge into one report with `--combine A B`.
+separately, side by side on the GPUs of one host (`CUDA_VISIBLE_DEVICES=0 ... --scheduling
+deadline`, `CUDA_VISIBLE_DEVICES=1 ... --scheduling fifo`) or one after another, merge into one
+report with `--combine A B`.
 """
 
 from __future__ import annotations
@@ -246,8 +247,9 @@ def _levels(text: str) -> list[int]:
 
 
 def combine(paths: list[str]) -> dict:
-    """One report from several run at the same time (one mode per GPU): their modes, a summary
-    over all of them, and each run's command. The run took as long as the longest of them."""
+    """One report from several runs of the same commit, one mode each (side by side on separate
+    GPUs, or one after another where a run's time is limited): their modes, a summary over all
+    of them (`minutes`: the longest run's), and each run's command and minutes."""
     reports = [json.loads(Path(p).read_text()) for p in paths]
     modes: dict[str, dict] = {}
     for report in reports:
@@ -261,8 +263,8 @@ def combine(paths: list[str]) -> dict:
         raise ValueError(f"reports from different commits: {sorted(map(str, commits))}")
     minutes = max(r["summary"]["minutes"] for r in reports)
     return {"summary": summary(modes, minutes, metas[0].get("gpu"), metas[0].get("commit")),
-            "meta": {"combined_from": metas,
-                     "note": "modes run at the same time, each against its own server on its own GPU of one host"},
+            "meta": {"combined_from": [{**m, "minutes": r["summary"]["minutes"]} for m, r in zip(metas, reports)],
+                     "note": "modes run separately, each against its own server; merged by --combine"},
             "modes": modes}
 
 
@@ -286,8 +288,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="default: bench/results/<date>-<gpu|cpu>-agents.json")
     p.add_argument("--combine", nargs="+", default=None, metavar="REPORT",
-                   help="merge reports of modes run side by side (e.g. one per GPU of a host) into one, "
-                        "with its summary over all their modes; runs nothing")
+                   help="merge reports of one mode each, of the same commit (run side by side on separate GPUs "
+                        "or one after another) into one, with its summary over all their modes; runs nothing")
     return p
 
 

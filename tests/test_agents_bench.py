@@ -56,6 +56,7 @@ def test_combine_merges_modes_run_side_by_side(tmp_path):
     assert (s["agents_sustained"], s["agents_sustained_fifo"], s["p95_first_audio_ms"]) == (96, 72, 280.0)
     assert (s["loaded_p95_first_audio_ms_deadline"], s["loaded_p95_first_audio_ms_fifo"]) == (500.0, 600.0)
     assert s["throughput_ratio_deadline_vs_fifo"] == round(200 / 210, 3) and s["minutes"] == 8.0
+    assert [m["minutes"] for m in merged["meta"]["combined_from"]] == [7.5, 8.0]
     assert [m["command"] for m in merged["meta"]["combined_from"]] == [
         "python -m bench.agents --scheduling deadline", "python -m bench.agents --scheduling fifo"]
 
