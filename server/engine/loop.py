@@ -74,7 +74,7 @@ class EngineLoop:
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
         self._inflight: deque[LaunchedStep] = deque()  # launched, not yet settled
-        self._last_launch: float | None = None  # None once the engine has waited for work
+        self._last_launch = 0.0  # perf_counter of the last step's launch
         self._accepting = True
         self._closed = False  # the thread has exited: queued commands would never run
         self.ready = False
@@ -205,8 +205,6 @@ class EngineLoop:
         self.voice_encoder.shutdown()
 
     def _drain_commands(self, block: bool) -> None:
-        if block:  # idle: the next step's interval would count the wait
-            self._last_launch = None
         while True:
             try:
                 command = self._commands.get(timeout=0.25) if block else self._commands.get_nowait()
@@ -260,7 +258,8 @@ class EngineLoop:
                 utt.state.started_at = now
         self._steps += 1
         launched = self.runner.run(batch, self._steps)
-        launched.interval, self._last_launch = (None if self._last_launch is None else now - self._last_launch), now
+        # back to back: the previous step was still in flight (none is after the engine idled)
+        launched.interval, self._last_launch = (now - self._last_launch if self._inflight else None), now
         self.scheduler.advance(launched)
         for failure in launched.failed:
             self._finish(failure.utt.state, "error", f"the engine failed on this request: {failure.error}")

@@ -86,7 +86,7 @@ class LaunchedStep:
     packed_tokens: int = 0  # their packed tokens
     admitted: int = 0  # of which joined at this step boundary
     index: int = 0  # the engine's step number
-    interval: float | None = None  # s since the previous launch; None when the engine waited for work
+    interval: float | None = None  # s since the previous launch, if that step was still in flight
 
     @property
     def stepped(self) -> list[Utterance]:
