@@ -172,8 +172,7 @@ def paced_rate(calibration: dict, load: float) -> tuple[float, float] | None:
     audio, duration, requests = calibration["audio_seconds"], calibration["duration_s"], calibration["requests"]
     if not (audio > 0 and duration > 0 and requests > 0):
         return None
-    target = load * audio / duration
-    return target, target / (audio / requests)
+    return load * audio / duration, load * requests / duration
 
 
 def build_parser() -> argparse.ArgumentParser:
