@@ -53,3 +53,13 @@ def test_a_window_without_observed_steps_says_none():
     reading = parse_totals(page(2, 0.01, [500, 600]), at=1.0)
     w = window(reading, reading)
     assert w["steps"] == 0 and w["mean_step_ms"] is None and w["mean_packed_tokens"] is None
+
+
+def test_graph_limit_is_the_engines_and_a_histogram_bucket():
+    """The share beyond the largest CUDA graph reads a bucket of the tokens histogram: both
+    must stay the engine's own limit (kept literal in the bench, which runs without torch)."""
+    from bench.server_steps import GRAPH_MAX_TOKENS
+    from server.engine.cuda_graphs import GRAPH_TOKEN_BUCKETS
+    from server.metrics import TOKEN_BUCKETS
+
+    assert GRAPH_TOKEN_BUCKETS[-1] == GRAPH_MAX_TOKENS and GRAPH_MAX_TOKENS in TOKEN_BUCKETS
