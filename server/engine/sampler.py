@@ -37,6 +37,11 @@ def _gumbel(u: torch.Tensor) -> torch.Tensor:
     return -torch.log(-torch.log(u + 1e-10) + 1e-10)
 
 
+def _gumbel_(u: torch.Tensor) -> torch.Tensor:
+    """`_gumbel(u)` in place: the same operations in the same order (bit for bit), no temporaries."""
+    return u.add_(1e-10).log_().neg_().add_(1e-10).log_().neg_()
+
+
 def _uniform(shape, generator: torch.Generator, device: torch.device) -> torch.Tensor:
     return torch.rand(shape, generator=generator, device=device, dtype=torch.float32)
 
@@ -44,16 +49,19 @@ def _uniform(shape, generator: torch.Generator, device: torch.device) -> torch.T
 @dataclass
 class _StepLayout:
     """Host-built index arrays of one batch composition (copied to the device once; a
-    steady batch, the same items step after step, reuses them)."""
+    steady batch, the same items step after step, reuses them) and what is constant over it."""
 
     items: list  # the CanvasItems these were built for, compared by identity
-    row_item: torch.Tensor  # (rows,) item of each conditional target row
-    row_pos: torch.Tensor  # (rows,) position of the row within its item's target
-    row_penalty: torch.Tensor  # (rows, 1) layer penalty factor
-    row_temp: torch.Tensor  # (rows, 1) position temperature (1 where none: x / 1 == x)
+    n_cond: int  # conditional target rows
     t_max: int
+    row_penalty: torch.Tensor  # (rows, C) layer penalty of each row and codebook
+    row_temp: torch.Tensor  # (rows, 1) position temperature (1 where none: x / 1 == x)
     cfg_rows: torch.Tensor | None  # conditional rows of the items doing CFG
     cfg_scale: torch.Tensor | None  # (cfg rows, 1, 1) their guidance scales
+    all_cfg: bool  # every item does CFG: cfg_rows are all conditional rows, in order
+    all_noise: bool  # every item draws position noise
+    table_index: torch.Tensor  # (rows x C,) each score's slot in the (items, C x t_max) table
+    row_slot: torch.Tensor  # (rows,) each row's slot in an (items x t_max) table
 
 
 class Sampler:
@@ -67,16 +75,16 @@ class Sampler:
     def _layout(self, canvas: PackedCanvas, utts: list[Utterance]) -> _StepLayout:
         if self._last is not None and same_items(canvas.items, self._last.items):
             return self._last
-        items = canvas.items
+        items, c = canvas.items, self.num_codebooks
         lengths = np.array([item.target_len for item in items], dtype=np.int64)
         starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
         rows = int(lengths.sum())
-        row_item = np.repeat(np.arange(len(lengths)), lengths)
-        row_pos = np.arange(rows) - np.repeat(starts, lengths)
+        t_max = int(lengths.max()) if len(lengths) else 0
         with np.errstate(over="ignore"):  # knobs beyond float32 become inf: the finite guard fails them
             penalty = np.array([u.options.layer_penalty_factor for u in utts], dtype=np.float32)
             temps = np.array([u.options.position_temperature for u in utts], dtype=np.float32)
             scales = np.array([item.guidance_scale for item in items], dtype=np.float32)
+        all_noise = bool((temps > 0).all())
         temps = np.where(temps > 0, temps, 1.0).astype(np.float32)
         cfg = np.array([item.does_cfg for item in items], dtype=np.bool_)
         cfg_rows = cfg_scale = None
@@ -85,15 +93,23 @@ class Sampler:
             cond_rows = np.concatenate([np.arange(o, o + n) for o, n in zip(canvas.cond_offsets, lengths)])
             cfg_rows = host_to_device(cond_rows[keep], self.device)
             cfg_scale = host_to_device(np.repeat(scales, lengths)[keep].reshape(-1, 1, 1), self.device)
+        row_item = np.repeat(np.arange(len(lengths)), lengths)
+        row_pos = np.arange(rows) - np.repeat(starts, lengths)
+        # slot of (row, codebook) in a row-major (items, C, t_max) table
+        slots = (row_item[:, None] * c + np.arange(c)[None, :]) * t_max + row_pos[:, None]
+        row_penalty = host_to_device(np.repeat(penalty, lengths)[:, None], self.device)
         self._last = _StepLayout(
             items=list(items),
-            row_item=host_to_device(row_item, self.device),
-            row_pos=host_to_device(row_pos, self.device),
-            row_penalty=host_to_device(np.repeat(penalty, lengths)[:, None], self.device),
+            n_cond=rows,
+            t_max=t_max,
+            row_penalty=self.layer_ids * row_penalty,  # the same product the step used to form
             row_temp=host_to_device(np.repeat(temps, lengths)[:, None], self.device),
-            t_max=int(lengths.max()) if len(lengths) else 0,
             cfg_rows=cfg_rows,
             cfg_scale=cfg_scale,
+            all_cfg=bool(cfg.all()),
+            all_noise=all_noise,
+            table_index=host_to_device(slots.reshape(-1), self.device),
+            row_slot=host_to_device(row_item * t_max + row_pos, self.device),
         )
         return self._last
 
@@ -103,30 +119,54 @@ class Sampler:
 
         Returns a device bool tensor: per item, whether its logits were finite (an item
         with non-finite logits must fail). It is not read here, so the step never waits
-        for the GPU; the loop reads it once the step has finished.
+        for the GPU; the loop reads it once the step has finished. Every operation is
+        launched from Python, so the step uses as few as give the reference's numbers.
         """
         items = canvas.items
         layout = self._layout(canvas, utts)
-        n_items, c = len(items), self.num_codebooks
-        n_cond = sum(item.target_len for item in items)
         k_host = [u.schedule[u.step] for u in utts]  # this step's picks per item
-        k_max = max(k_host, default=0)
-        take = host_to_device(np.arange(k_max)[None, :] < np.array(k_host, dtype=np.int64)[:, None], self.device)
 
-        log_probs = F.log_softmax(logits[:n_cond], dim=-1)
-        if layout.cfg_rows is not None:
-            uncond = F.log_softmax(logits[n_cond:], dim=-1)
-            cond = log_probs.index_select(0, layout.cfg_rows)
-            log_probs.index_copy_(0, layout.cfg_rows,
-                                  F.log_softmax(cond + layout.cfg_scale * (cond - uncond), dim=-1))
-        log_probs[..., self.mask_id] = -float("inf")
-        confidence = log_probs.max(dim=-1).values  # (rows, C)
-        predicted = log_probs.argmax(dim=-1)
+        log_probs = self._log_probs(logits, layout)
+        log_probs.select(-1, self.mask_id).fill_(-float("inf"))
+        confidence, predicted = log_probs.max(dim=-1)  # (rows, C): the first maximum, as argmax
         finite_rows = torch.isfinite(confidence).all(dim=-1)
+        noise = self._noise(log_probs, predicted, canvas, utts, layout)
+        scores = confidence.sub_(layout.row_penalty).div_(layout.row_temp).add_(noise)
+        predicted.clamp_(0, logits.shape[-1] - 1)  # ids inside the vocabulary, whatever the scores
 
-        # per-item random parts: class sampling (rare) and position noise (default on)
-        noise_parts: list[torch.Tensor] = []
-        for i, (item, utt) in enumerate(zip(items, utts)):
+        # The key is mask-aware: a still-masked position ranks above every revealed or padding
+        # one whatever its score (NaN and infinities become the float32 extremes), so no score,
+        # however poisoned, can pick a position that is not masked; a masked position whose
+        # score is not finite fails its item (knobs beyond float32).
+        tokens = items[0].tokens.t() if len(items) == 1 else torch.cat([item.tokens for item in items], dim=1).t()
+        revealed = tokens != self.mask_id  # (rows, C)
+        finite_rows &= scores.masked_fill(revealed, 0.0).isfinite().all(dim=-1)
+        big = torch.finfo(scores.dtype).max
+        key = scores.nan_to_num_(nan=-big, posinf=big, neginf=-big).masked_fill_(revealed, -float("inf"))
+        if len(items) == 1 and items[0].tokens.is_contiguous():
+            return self._select_one(items[0], key, predicted, k_host[0], finite_rows)
+        return self._select(items, key, predicted, tokens, k_host, finite_rows, layout)
+
+    def _log_probs(self, logits: torch.Tensor, layout: _StepLayout) -> torch.Tensor:
+        """(rows, C, V) log-probabilities: the conditional, or the CFG mix where an item does CFG."""
+        n_cond = layout.n_cond
+        log_probs = F.log_softmax(logits[:n_cond], dim=-1)
+        if layout.cfg_rows is None:
+            return log_probs
+        uncond = F.log_softmax(logits[n_cond:], dim=-1)
+        if layout.all_cfg:  # every conditional row mixes: no gather and scatter
+            return F.log_softmax(log_probs + layout.cfg_scale * (log_probs - uncond), dim=-1)
+        cond = log_probs.index_select(0, layout.cfg_rows)
+        log_probs.index_copy_(0, layout.cfg_rows, F.log_softmax(cond + layout.cfg_scale * (cond - uncond), dim=-1))
+        return log_probs
+
+    def _noise(self, log_probs: torch.Tensor, predicted: torch.Tensor, canvas: PackedCanvas,
+               utts: list[Utterance], layout: _StepLayout) -> torch.Tensor:
+        """Per-item random parts, each from the item's own generator: class sampling (rare,
+        rewrites `predicted`) and the (rows, C) Gumbel position noise (0 where an item has none)."""
+        c = self.num_codebooks
+        parts: list[torch.Tensor] = []
+        for i, (item, utt) in enumerate(zip(canvas.items, utts)):
             start, t_len = canvas.cond_offsets[i], item.target_len
             opts = utt.options
             if opts.class_temperature > 0:
@@ -136,44 +176,46 @@ class Sampler:
                 predicted[start : start + t_len] = noisy.argmax(dim=-1)
             if opts.position_temperature > 0:
                 # drawn as the reference does, (C, T), then laid out by rows
-                noise_parts.append(_uniform((c, t_len), utt.generator, self.device).t())
+                parts.append(_uniform((c, t_len), utt.generator, self.device).t())
             else:
-                noise_parts.append(torch.full((t_len, c), -1.0, device=self.device))  # marks "no noise"
-        uniform = torch.cat(noise_parts)
-        noise = torch.where(uniform >= 0, _gumbel(uniform.clamp(min=0)), 0.0)
-        scores = (confidence - self.layer_ids * layout.row_penalty) / layout.row_temp + noise
+                parts.append(torch.full((t_len, c), -1.0, device=self.device))  # marks "no noise"
+        if layout.all_noise:
+            return _gumbel_(parts[0] if len(parts) == 1 else torch.cat(parts))
+        uniform = torch.cat(parts)
+        return torch.where(uniform >= 0, _gumbel(uniform.clamp(min=0)), 0.0)
 
-        # One top-k for every item over a padded (items, C, Tmax) table. The key is
-        # mask-aware: a still-masked position ranks above every revealed or padding one
-        # whatever its score (NaN and infinities become the float32 extremes), so no score,
-        # however poisoned, can pick a position that is not masked.
-        tokens = torch.cat([item.tokens for item in items], dim=1).t()  # (rows, C)
-        masked = tokens == self.mask_id
-        # a masked position whose score is not finite fails its item (knobs beyond float32)
-        finite_rows &= (torch.isfinite(scores) | ~masked).all(dim=-1)
-        big = torch.finfo(scores.dtype).max
-        key = torch.where(masked, scores.nan_to_num(nan=-big, posinf=big, neginf=-big), -float("inf"))
-        table = torch.full((n_items, layout.t_max, c), -float("inf"), device=self.device)
-        table[layout.row_item, layout.row_pos] = key
-        flat = table.transpose(1, 2).reshape(n_items, c * layout.t_max)
+    @staticmethod
+    def _select_one(item, key: torch.Tensor, predicted: torch.Tensor, k: int,
+                    finite_rows: torch.Tensor) -> torch.Tensor:
+        """One item: top-k over its own (C x T) scores, picks written straight into its canvas."""
+        flat = key.t().reshape(1, -1)  # (1, C x T): codebook-major, as the reference flattens
+        chosen = torch.topk(flat, k, dim=1).indices
+        values = predicted.t().reshape(1, -1).gather(1, chosen)
+        item.tokens.view(1, -1).scatter_(1, chosen, values)  # the only write, after every read
+        return finite_rows.all().view(1)
+
+    def _select(self, items, key: torch.Tensor, predicted: torch.Tensor, tokens: torch.Tensor, k_host: list[int],
+                finite_rows: torch.Tensor, layout: _StepLayout) -> torch.Tensor:
+        """One top-k for every item over a padded (items, C x t_max) table.
+
+        Every write after every read: a failure here leaves all canvases untouched. Picks are
+        written into a padded token table (never out of range), an item's picks past its own
+        k rewrite what is there (top-k picks in a row are distinct, so they never collide
+        with a real pick), and each item's region is copied back to its canvas.
+        """
+        n_items, width = len(items), self.num_codebooks * layout.t_max
+        k_max = max(k_host, default=0)
+        take = host_to_device(np.arange(k_max)[None, :] < np.array(k_host, dtype=np.int64)[:, None], self.device)
+        index = layout.table_index
+        size = n_items * width
+        flat = key.new_full((size,), -float("inf")).index_copy_(0, index, key.reshape(-1)).view(n_items, width)
         chosen = torch.topk(flat, k_max, dim=1).indices  # (items, k_max), best first, distinct
-        codebook, position = chosen // layout.t_max, chosen % layout.t_max  # inside the table by construction
-        table_pred = torch.zeros((n_items, layout.t_max, c), dtype=predicted.dtype, device=self.device)
-        table_pred[layout.row_item, layout.row_pos] = predicted.clamp(0, logits.shape[-1] - 1)
-        item_index = torch.arange(n_items, device=self.device).unsqueeze(1)
-        values = table_pred[item_index, position, codebook]
-
-        finite = torch.ones((n_items, layout.t_max), dtype=torch.bool, device=self.device)
-        finite[layout.row_item, layout.row_pos] = finite_rows
-        # Every write after every read: a failure above leaves all canvases untouched. Picks
-        # are written into a padded token table (never out of range), an item's picks past
-        # its own k rewrite what is there (top-k picks in a row are distinct, so they never
-        # collide with a real pick), and each item's region is copied back to its canvas.
-        board = torch.full((n_items, layout.t_max, c), self.mask_id, dtype=tokens.dtype, device=self.device)
-        board[layout.row_item, layout.row_pos] = tokens
-        current = board[item_index, position, codebook]
-        board[item_index, position, codebook] = torch.where(take, values, current)
+        table = predicted.new_zeros(size).index_copy_(0, index, predicted.reshape(-1)).view(n_items, width)
+        values = table.gather(1, chosen)
+        board = tokens.new_full((size,), self.mask_id).index_copy_(0, index, tokens.reshape(-1)).view(n_items, width)
+        board.scatter_(1, chosen, torch.where(take, values, board.gather(1, chosen)))
+        finite = finite_rows.new_ones(n_items * layout.t_max).index_copy_(0, layout.row_slot, finite_rows)
         for i, item in enumerate(items):
             if k_host[i] > 0:
-                item.tokens.copy_(board[i, : item.target_len].t())
-        return finite.all(dim=1)
+                item.tokens.copy_(board[i].view(-1, layout.t_max)[:, : item.target_len])
+        return finite.view(n_items, layout.t_max).all(dim=1)
