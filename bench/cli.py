@@ -48,6 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-packed-tokens", type=int, default=32768)
     p.add_argument("--loaded-seconds", type=float, default=60.0)
     p.add_argument("--no-graphs", action="store_true", help="run the fused backbone without CUDA graphs")
+    p.add_argument("--graph-max-tokens", type=int, default=8192,
+                   help="the engine's and the server's CUDA graph limit (`chorus serve --graph-max-tokens`)")
     p.add_argument("--time-budget", type=float, default=1e9, help="skip scenarios once this many seconds passed")
     p.add_argument("--commit", default=os.environ.get("CHORUS_COMMIT"), help="git commit measured (default: git)")
     return p
@@ -75,7 +77,8 @@ def _meta(args, argv) -> dict:
         "cuda": torch.version.cuda,
         "settings": {"requests": args.requests, "seed": args.seed, "reference_batch": args.reference_batch,
                      "max_batch_size": args.max_batch_size, "max_packed_tokens": args.max_packed_tokens,
-                     "graphs": not args.no_graphs, "num_step": 32, "guidance_scale": 2.0},
+                     "graphs": not args.no_graphs, "graph_max_tokens": args.graph_max_tokens, "num_step": 32,
+                     "guidance_scale": 2.0},
     }
 
 
@@ -217,7 +220,8 @@ def _server_scenarios(run: Run, ckpt: Path, specs, engine_throughput: dict | Non
     work = Path(tempfile.mkdtemp(prefix="chorus-bench-serve-"))
     serve = ["--model", str(ckpt), "--device", "cuda", "--dtype", args.dtype, "--max-batch-size",
              str(args.max_batch_size), "--max-packed-tokens", str(args.max_packed_tokens),
-             "--max-queue", str(2 * args.requests), "--max-inflight", str(max(16, args.requests // 16))]
+             "--max-queue", str(2 * args.requests), "--max-inflight", str(max(16, args.requests // 16)),
+             "--graph-max-tokens", str(0 if args.no_graphs else args.graph_max_tokens)]
     t = time.perf_counter()
     server = ServerProcess(["--voices-dir", str(work / "voices"), "--log-level", "warning", *serve],
                            work / "server.log").start()
@@ -233,7 +237,8 @@ def _server_scenarios(run: Run, ckpt: Path, specs, engine_throughput: dict | Non
         base = (thr or engine_throughput or {}).get("audio_s_per_s")
         if base:
             run.scenario("ws_loaded", ("server", "loaded"),
-                         lambda: ws.run(ws.loaded(url, base, duration_s=args.loaded_seconds)))
+                         lambda: ws.run(ws.loaded(url, base, duration_s=args.loaded_seconds,
+                                                  graph_max_tokens=args.graph_max_tokens)))
     finally:
         server.stop(timeout=60)  # SIGTERM, then kill if the drain hangs
 
@@ -295,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
                              lambda: dg.reference_self_agreement(models[dt]))
 
     settings = EngineSettings(device="cuda", dtype=args.dtype, max_batch_size=args.max_batch_size,
-                              max_packed_tokens=args.max_packed_tokens, attention="auto")
+                              max_packed_tokens=args.max_packed_tokens, attention="auto",
+                              graph_max_tokens=args.graph_max_tokens)
     engine = EngineLoop(model, settings, "bench", model_name="omnivoice-random", random_checkpoint=True)
     backbone = engine.backbone
     run.put(("engine", "backbone"), {"class": type(backbone).__name__,

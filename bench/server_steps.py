@@ -16,7 +16,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-GRAPH_MAX_TOKENS = 4096  # the largest CUDA graph bucket (server/engine/cuda_graphs.py)
+GRAPH_MAX_TOKENS = 8192  # the largest CUDA graph bucket by default (server/engine/cuda_graphs.py)
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class StepTotals:
     step_seconds: float  # summed device time of the steps observed so far
     observed: float  # steps observed into the histograms (lags `steps` by the unread log)
     tokens: float
-    over_graph: float  # observed steps above GRAPH_MAX_TOKENS packed tokens
+    over_graph: float  # observed steps above the graph limit's packed tokens
     interval_seconds: float = 0.0  # summed launch-to-launch intervals of back-to-back steps
     intervals: float = 0.0
 
@@ -45,8 +45,9 @@ SAMPLES = {
 }
 
 
-def parse_totals(text: str, at: float) -> StepTotals:
-    """Sum the step counters and histograms over every `engine` label of a `/metrics` page."""
+def parse_totals(text: str, at: float, graph_max_tokens: int = GRAPH_MAX_TOKENS) -> StepTotals:
+    """Sum the step counters and histograms over every `engine` label of a `/metrics` page
+    (`graph_max_tokens`, the server's graph limit, must be a bucket of the tokens histogram)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     sums = dict.fromkeys([*SAMPLES.values(), "within_graph"], 0.0)
@@ -55,13 +56,13 @@ def parse_totals(text: str, at: float) -> StepTotals:
             if sample.name in SAMPLES:
                 sums[SAMPLES[sample.name]] += sample.value
             elif sample.name == "chorus_packed_tokens_per_step_bucket" and sample.labels.get("le") != "+Inf" \
-                    and float(sample.labels["le"]) == GRAPH_MAX_TOKENS:
+                    and float(sample.labels["le"]) == graph_max_tokens:
                 sums["within_graph"] += sample.value
     return StepTotals(at, sums["steps"], sums["step_seconds"], sums["observed"], sums["tokens"],
                       sums["tokens_count"] - sums["within_graph"], sums["interval_seconds"], sums["intervals"])
 
 
-def window(first: StepTotals, last: StepTotals) -> dict:
+def window(first: StepTotals, last: StepTotals, graph_max_tokens: int = GRAPH_MAX_TOKENS) -> dict:
     """The steps between two readings: counts, device-busy share, mean size and duration."""
     wall = last.at - first.at
     observed = last.observed - first.observed
@@ -77,7 +78,7 @@ def window(first: StepTotals, last: StepTotals) -> dict:
         "mean_interval_ms": round(1e3 * (last.interval_seconds - first.interval_seconds) / intervals, 2)
         if intervals else None,
         "mean_packed_tokens": round((last.tokens - first.tokens) / observed, 1) if observed else None,
-        f"share_over_{GRAPH_MAX_TOKENS}_tokens": round((last.over_graph - first.over_graph) / observed, 3)
+        f"share_over_{graph_max_tokens}_tokens": round((last.over_graph - first.over_graph) / observed, 3)
         if observed else None,
     }
 
@@ -85,9 +86,10 @@ def window(first: StepTotals, last: StepTotals) -> dict:
 class StepWatch:
     """Read `/metrics` every `every` seconds while a scenario runs; `result()` is the window."""
 
-    def __init__(self, base_url: str, every: float = 2.0):
+    def __init__(self, base_url: str, every: float = 2.0, graph_max_tokens: int = GRAPH_MAX_TOKENS):
         self.url = base_url.rstrip("/") + "/metrics"
         self.every = every
+        self.graph_max_tokens = graph_max_tokens
         self.first: StepTotals | None = None
         self.last: StepTotals | None = None
         self.error: str | None = None
@@ -96,7 +98,7 @@ class StepWatch:
     async def _read(self, client) -> StepTotals:
         response = await client.get(self.url)
         response.raise_for_status()
-        return parse_totals(response.text, time.perf_counter())
+        return parse_totals(response.text, time.perf_counter(), self.graph_max_tokens)
 
     async def _run(self, client) -> None:
         while True:
@@ -134,4 +136,4 @@ class StepWatch:
     def result(self) -> dict:
         if self.error is not None or self.first is None or self.last is None:
             return {"error": self.error or "no reading"}
-        return window(self.first, self.last)
+        return window(self.first, self.last, self.graph_max_tokens)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from bench.metrics import stats
 from bench.mixes import RequestSpec, long_paragraph, make_text, poisson_arrivals
-from bench.server_steps import StepWatch
+from bench.server_steps import GRAPH_MAX_TOKENS, StepWatch
 
 MAX_FRAME = None  # audio frames of long requests are large; the client takes any size
 
@@ -181,7 +181,8 @@ async def throughput(url: str, specs: list[RequestSpec], connections: int = 16) 
 
 
 async def loaded(url: str, max_audio_s_per_s: float, load: float = 0.7, duration_s: float = 60.0,
-                 seconds: float = 10.0, connections: int = 16, seed: int = 0) -> dict:
+                 seconds: float = 10.0, connections: int = 16, seed: int = 0,
+                 graph_max_tokens: int = GRAPH_MAX_TOKENS) -> dict:
     """Poisson arrivals of 10 s lines at `load` x the measured throughput, spread over sockets."""
     rate = load * max_audio_s_per_s / seconds
     arrivals = poisson_arrivals(rate, duration_s, seed)
@@ -189,7 +190,7 @@ async def loaded(url: str, max_audio_s_per_s: float, load: float = 0.7, duration
     specs = [RequestSpec(f"load{i:05d}", make_text(rng, seconds), seconds) for i in range(len(arrivals))]
     clients = [await Client.connect(url) for _ in range(connections)]
     try:
-        async with StepWatch(_http_base(url)) as steps:
+        async with StepWatch(_http_base(url), graph_max_tokens=graph_max_tokens) as steps:
             t0 = time.perf_counter()
             waits = []
             for i, (at, spec) in enumerate(zip(arrivals, specs)):

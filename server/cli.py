@@ -34,6 +34,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be an integer >= 0")
+    return value
+
+
 def _positive_float(text: str) -> float:
     value = float(text)
     if not 0 < value < float("inf"):
@@ -201,6 +208,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="deadline scheduling: while a chunk due soon runs, a step holds at most this many "
                             "packed tokens (more only when the urgent chunks alone need more), so their steps "
                             "stay short; chunks far ahead of playback wait")
+    serve.add_argument("--graph-max-tokens", type=_non_negative_int, default=8192,
+                       help="CUDA: steps up to this many packed tokens replay CUDA graphs captured at start "
+                            "(fewer interpreter launches per step; capture takes seconds and ~1 GiB at 8192); "
+                            "0: no graphs")
     serve.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS,
                        default=os.environ.get("CHORUS_LOG_LEVEL", "info").lower(),
                        help="log detail; debug also shows the traceback of a failed start ($CHORUS_LOG_LEVEL)")
@@ -264,6 +275,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     cfg.engine.attention = args.attention
     cfg.engine.scheduling = args.scheduling
     cfg.engine.urgent_step_tokens = args.urgent_step_tokens
+    cfg.engine.graph_max_tokens = args.graph_max_tokens
     cfg.engine.quantize = None if args.quantize == "none" else args.quantize
     cfg.engine.engine_processes = {"auto": None, "yes": True, "no": False}[args.engine_processes]
     return cfg

@@ -31,8 +31,10 @@ class EngineSettings:
     # files fill what is left); fifo: first come first served
     scheduling: str = "deadline"
     # deadline: while urgent chunks run, a step holds at most this many packed tokens (more only
-    # when the urgent chunks alone need more): small steps are fast ones (CUDA graphs go to 4096)
+    # when the urgent chunks alone need more): small steps are fast ones
     urgent_step_tokens: int = 2048
+    # steps up to this many packed tokens replay CUDA graphs captured at start (0: none)
+    graph_max_tokens: int = 8192
     quantize: str | None = None  # None (the checkpoint's dtype) | "fp8" (Hopper: projections in FP8)
 
 

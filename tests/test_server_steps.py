@@ -44,7 +44,10 @@ def test_window_of_two_readings_over_all_engines():
     assert w["steps"] == 4 and w["steps_per_s"] == 2.0 and w["wall_s"] == 2.0
     assert w["in_step_share"] == pytest.approx(0.02) and w["mean_step_ms"] == pytest.approx(10.0)
     assert w["mean_packed_tokens"] == (3000 + 5000 + 9000 + 1000) / 4
-    assert w["share_over_4096_tokens"] == 0.5
+    assert w["share_over_8192_tokens"] == 0.25  # the default graph limit
+    limited = window(parse_totals(page(4, 0.02, [500, 600, 700, 800]), 10.0, graph_max_tokens=4096),
+                     parse_totals(page(8, 0.06, later), 12.0, graph_max_tokens=4096), graph_max_tokens=4096)
+    assert limited["share_over_4096_tokens"] == 0.5
     # intervals: 2 then 6 back-to-back pairs, 4 ms then 12 ms each -> (72 - 8) / 4 ms
     assert w["mean_interval_ms"] == pytest.approx(16.0)
 
@@ -59,7 +62,11 @@ def test_graph_limit_is_the_engines_and_a_histogram_bucket():
     """The share beyond the largest CUDA graph reads a bucket of the tokens histogram: both
     must stay the engine's own limit (kept literal in the bench, which runs without torch)."""
     from bench.server_steps import GRAPH_MAX_TOKENS
-    from server.engine.cuda_graphs import GRAPH_TOKEN_BUCKETS
+    from server.cli import build_parser
+    from server.config import EngineSettings
+    from server.engine.cuda_graphs import DEFAULT_GRAPH_MAX_TOKENS, GRAPH_TOKEN_BUCKETS
     from server.metrics import TOKEN_BUCKETS
 
-    assert GRAPH_TOKEN_BUCKETS[-1] == GRAPH_MAX_TOKENS and GRAPH_MAX_TOKENS in TOKEN_BUCKETS
+    assert GRAPH_TOKEN_BUCKETS[-1] == DEFAULT_GRAPH_MAX_TOKENS == GRAPH_MAX_TOKENS in TOKEN_BUCKETS
+    assert EngineSettings().graph_max_tokens == GRAPH_MAX_TOKENS
+    assert build_parser().parse_args(["serve"]).graph_max_tokens == GRAPH_MAX_TOKENS

@@ -8,9 +8,12 @@ boundary, so real rows compute exactly what they would alone. Larger steps run e
 there the GEMMs dominate and a graph buys nothing.
 
 Token buckets are 64 apart up to 1024 (a lone 10 s request, 537 tokens, pads to 576, not
-640: the padded GEMM rows are real work) and 256 apart above, up to 4096: steps of 2-4k
-tokens are the ones the deadline scheduler keeps while urgent chunks run
-(`--urgent-step-tokens`), and eagerly their ~6 ms of kernel launches are as long as the GPU work.
+640: the padded GEMM rows are real work), 256 apart up to 4096 (steps of 2-4k tokens are the
+ones the deadline scheduler keeps while urgent chunks run, `--urgent-step-tokens`) and 512
+apart up to 8192: a burst of new requests runs steps of 4-8k tokens, whose eager launches
+(7 ms and more of interpreter time, plus the sampler's) are as long as the GPU work and, in a
+server, compete with decoding and the event loop for the interpreter. `--graph-max-tokens`
+lowers the limit (capture time and memory: a few seconds and ~1 GiB at 8192).
 """
 
 from __future__ import annotations
@@ -28,8 +31,15 @@ log = logging.getLogger(__name__)
 
 # Buckets for CUDA graphs: packed tokens, and documents (real ones plus at least one pad
 # document, so a bucket of D documents holds up to D - 1 real ones).
-GRAPH_TOKEN_BUCKETS: tuple[int, ...] = tuple(range(128, 1024, 64)) + tuple(range(1024, 4097, 256))
+GRAPH_TOKEN_BUCKETS: tuple[int, ...] = (tuple(range(128, 1024, 64)) + tuple(range(1024, 4096, 256))
+                                         + tuple(range(4096, 8193, 512)))
 GRAPH_DOC_BUCKETS: tuple[int, ...] = (2, 3, 5, 9, 17, 33)
+DEFAULT_GRAPH_MAX_TOKENS = GRAPH_TOKEN_BUCKETS[-1]
+
+
+def token_buckets_up_to(max_tokens: int) -> tuple[int, ...]:
+    """The token buckets a graph limit keeps (none below the smallest: graphs off)."""
+    return tuple(b for b in GRAPH_TOKEN_BUCKETS if b <= max_tokens)
 
 # (ids (C, S), audio mask (S,), positions (S,), attention plan) -> final hidden states (S, H)
 LayersFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, object], torch.Tensor]

@@ -32,7 +32,15 @@ import torch.nn.functional as F
 
 from server.engine.attention import AttentionBackend, head_dim_of, make_attention_backend
 from server.engine.canvas import PackedCanvas
-from server.engine.cuda_graphs import GRAPH_DOC_BUCKETS, GRAPH_TOKEN_BUCKETS, ForwardStats, StepGraphs, pad_doc_lens
+from server.engine.cuda_graphs import (
+    DEFAULT_GRAPH_MAX_TOKENS,
+    GRAPH_DOC_BUCKETS,
+    GRAPH_TOKEN_BUCKETS,
+    ForwardStats,
+    StepGraphs,
+    pad_doc_lens,
+    token_buckets_up_to,
+)
 from server.engine.fp8 import Fp8Linear, QuantizationUnsupported, check_fp8_device, quantize_weight
 from server.engine.kernels import FlashInferOps, TorchOps
 
@@ -220,12 +228,13 @@ class FusedBackbone:
 # ---- the factory the engine calls ---------------------------------------------------------
 
 
-def make_backbone(model, attention="auto", *, graphs: bool = True, quantize: str | None = None):
+def make_backbone(model, attention="auto", *, graphs: bool = True, quantize: str | None = None,
+                  graph_max_tokens: int = DEFAULT_GRAPH_MAX_TOKENS):
     """The backbone for `model`.
 
     `attention` is a setting (`auto` | `torch` | `flashinfer`) or an attention backend already
     made (`make_attention_backend`). FlashInfer on CUDA gets the fused path (CUDA graphs for
-    small steps when `graphs`); anything else gets the reference modules (logged). `auto` falls
+    steps up to `graph_max_tokens` when `graphs`); anything else gets the reference modules (logged). `auto` falls
     back to torch attention when FlashInfer fails its boot check; `flashinfer` raises instead.
     `quantize="fp8"` (Hopper, fused path only) runs the projections in FP8 (`fp8.py`).
     """
@@ -236,7 +245,9 @@ def make_backbone(model, attention="auto", *, graphs: bool = True, quantize: str
         check_fp8_device(device)
     backend = make_attention_backend(attention, model) if isinstance(attention, str) else attention
     if backend.name == "flashinfer" and device.type == "cuda":
-        fused = FusedBackbone(model, backend, graphs=graphs, quantize=quantize)
+        buckets = token_buckets_up_to(graph_max_tokens)
+        fused = FusedBackbone(model, backend, graphs=graphs and bool(buckets), quantize=quantize,
+                              token_buckets=buckets or GRAPH_TOKEN_BUCKETS)
         fused.capture()
         log.info("backbone: fused, FlashInfer (%s kernels), CUDA graphs %s", getattr(backend, "backend", "?"),
                  f"up to {fused.graph_max_tokens} tokens" if fused.graphs_enabled else "off")

@@ -56,7 +56,8 @@ class EngineLoop:
         self.model_name = model_name
         self.is_random_checkpoint = random_checkpoint
         self.device = model.audio_heads.weight.device
-        self.runner = StepRunner.for_model(model, settings.attention, settings.max_packed_tokens, settings.quantize)
+        self.runner = StepRunner.for_model(model, settings.attention, settings.max_packed_tokens, settings.quantize,
+                                           settings.graph_max_tokens)
         self.frame_rate: int = model.audio_tokenizer.config.frame_rate
         self.scheduler = Scheduler(settings.max_batch_size, settings.max_packed_tokens, settings.scheduling,
                                    self.frame_rate, urgent_step_tokens=settings.urgent_step_tokens)

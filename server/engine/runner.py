@@ -109,16 +109,19 @@ class StepRunner:
         self._last_canvas: PackedCanvas | None = None  # a steady batch reuses its index arrays
 
     @classmethod
-    def for_model(cls, model, attention: str, max_packed_tokens: int, quantize: str | None = None) -> StepRunner:
-        """The backbone (`make_backbone`: `attention`, `quantize`) and the sampler, on the model's device."""
+    def for_model(cls, model, attention: str, max_packed_tokens: int, quantize: str | None = None,
+                  graph_max_tokens: int | None = None) -> StepRunner:
+        """The backbone (`make_backbone`: `attention`, `quantize`, `graph_max_tokens`) and the
+        sampler, on the model's device."""
         from server.engine.fused_backbone import make_backbone
 
         device = model.audio_heads.weight.device
+        extra = {} if graph_max_tokens is None else {"graph_max_tokens": graph_max_tokens}
         if device.type == "cuda":
             with torch.cuda.device(device):  # kernels checked and graphs captured on this GPU
-                backbone = make_backbone(model, attention, quantize=quantize)
+                backbone = make_backbone(model, attention, quantize=quantize, **extra)
         else:
-            backbone = make_backbone(model, attention, quantize=quantize)
+            backbone = make_backbone(model, attention, quantize=quantize, **extra)
         sampler = Sampler(model.config.audio_mask_id, model.config.num_audio_codebook, device)
         return cls(backbone, sampler, device, max_packed_tokens)
 
