@@ -3,6 +3,9 @@
 Each finished chunk is decoded on its own. Batching clips of different lengths would need
 padding, and a padded convolutional decode changes the samples near each clip's end, so a
 seeded request would no longer sound the same alone and in a crowd.
+
+On CUDA each of the codec's Snake activations is one Triton launch (`snake`, checked against
+the torch arithmetic at start), as the decode is bound by kernel launches.
 """
 
 from __future__ import annotations
@@ -18,6 +21,12 @@ class Codec:
     def __init__(self, model):
         self.model = model
         self.sample_rate: int = model.sampling_rate
+        self.fused_snakes = 0  # Snake1d activations running as one Triton kernel each (CUDA only)
+        tokenizer = getattr(model, "audio_tokenizer", None)
+        if tokenizer is not None and torch.device(getattr(tokenizer, "device", "cpu")).type == "cuda":
+            from server.engine import snake  # lazily: CPU installs need no Triton
+
+            self.fused_snakes = snake.install(tokenizer)
 
     @torch.inference_mode()
     def decode(self, tokens: torch.Tensor) -> np.ndarray:
