@@ -38,3 +38,19 @@ def test_finisher_post_processes_as_the_reference(reference_model):
         assert finisher.post_jobs == 2 and len(finisher.post_ms) == 2 and min(finisher.post_ms) > 0
     finally:
         finisher.shutdown()
+
+
+def test_decode_streams_have_the_highest_priority_unless_turned_off(monkeypatch, reference_model):
+    """A decode under load must not wait behind the steps' blocks (its request's first audio
+    waits for it); the finisher asks for the highest stream priority, an ordinary one when told."""
+    from server.engine.worker_streams import HIGHEST_PRIORITY
+
+    codec = Codec(reference_model)
+    for env, want in (("", HIGHEST_PRIORITY), ("0", 0)):
+        monkeypatch.setenv("CHORUS_DECODE_PRIORITY", env)
+        finisher = Finisher(codec, torch.device("cpu"), lambda command: None)
+        try:
+            assert finisher._streams.priority == want
+            assert finisher._streams.current() is None  # no CUDA stream off CUDA
+        finally:
+            finisher.shutdown()

@@ -1,7 +1,9 @@
 """Finishing chunks off the step thread: decode on its own CUDA stream, then post-process.
 
 Decoding a finished canvas (7-10 ms on a GPU) would otherwise stall the step loop once per
-finished chunk. A small pool of worker threads decodes and post-processes right there: the
+finished chunk. The decode streams have the highest priority: under load a decode's kernels
+would otherwise wait for SMs behind every block of the steps queued with them.
+A small pool of worker threads decodes and post-processes right there: the
 vectorised post-processing (server/engine/postprocess.py) takes about a millisecond of CPU
 per 10 s chunk, mostly in numpy with the GIL released, far less than a hop to a worker
 process would add to a lone request. Results go back to the engine thread as commands, so
@@ -22,7 +24,7 @@ import torch
 from server.engine.codec import Codec, join_and_post_process, post_process
 from server.engine.commands import ChunkDecoded, Command, FinishFailed, WholeReady
 from server.engine.request import RequestState
-from server.engine.worker_streams import WorkerStreams
+from server.engine.worker_streams import WorkerStreams, decode_priority
 
 log = logging.getLogger("chorus.engine")
 
@@ -33,7 +35,7 @@ class Finisher:
         self.device = device
         self.deliver = deliver
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="chorus-finish")
-        self._streams = WorkerStreams(device)
+        self._streams = WorkerStreams(device, decode_priority())  # ahead of the steps' kernels
         # wall time of each post-processing job (ms), measured where it ran, for the bench
         self.post_ms: deque[float] = deque(maxlen=4096)
         self.post_jobs = 0  # post-processing jobs finished, ever

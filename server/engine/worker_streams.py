@@ -2,17 +2,29 @@
 
 from __future__ import annotations
 
+import os
 import threading
 
 import torch
 
+# CUDA maps any priority below its range to the highest one it has.
+HIGHEST_PRIORITY = -100
+
+
+def decode_priority() -> int:
+    """Priority of the finisher's decode streams: the highest, so a finished chunk's decode
+    (a request's first audio waits for it) takes the SMs ahead of a long step's next blocks
+    instead of queueing behind them; `CHORUS_DECODE_PRIORITY=0` makes it an ordinary stream."""
+    return 0 if os.environ.get("CHORUS_DECODE_PRIORITY", "") == "0" else HIGHEST_PRIORITY
+
 
 class WorkerStreams:
     """Each thread that asks gets its own stream on `device` (and makes it its current GPU);
-    None off CUDA."""
+    None off CUDA. `priority` as `torch.cuda.Stream` takes it (lower is sooner; 0 ordinary)."""
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device, priority: int = 0):
         self.device = device
+        self.priority = priority
         self._local = threading.local()
 
     def current(self) -> torch.cuda.Stream | None:
@@ -20,5 +32,5 @@ class WorkerStreams:
             return None
         if getattr(self._local, "stream", None) is None:
             torch.cuda.set_device(self.device)  # this worker thread's current GPU
-            self._local.stream = torch.cuda.Stream(self.device)
+            self._local.stream = torch.cuda.Stream(self.device, priority=self.priority)
         return self._local.stream
