@@ -81,7 +81,7 @@ def parity(models: dict, dtypes: list[str], seed: int = 0) -> dict:
                     case_rows[name]["vs_fused_bf16"] = compare(logits, bf16_logits)
             # Pad rows must not touch real ones: the padded arithmetic equals the plain one.
             bucket = choose_bucket(canvas.total_len, len(canvas.doc_lens), (canvas.total_len + 512,),
-                                   (len(canvas.doc_lens) + 3,))
+                                   (len(canvas.doc_lens) + 3,), fine=())
             fused = paths["fused_flashinfer"]
             plain = fused.hidden_states(canvas)
             padded = fused.hidden_states_padded(canvas, bucket)

@@ -10,7 +10,14 @@ from bench.parity import compare, parity_canvas, random_items, reference_target_
 from server.engine.attention import TorchAttention
 from server.engine.backbone import OmniVoiceBackbone
 from server.engine.canvas import build_packed_canvas
-from server.engine.cuda_graphs import GRAPH_DOC_BUCKETS, GRAPH_TOKEN_BUCKETS, choose_bucket, pad_doc_lens
+from server.engine.cuda_graphs import (
+    GRAPH_DOC_BUCKETS,
+    GRAPH_TOKEN_BUCKETS,
+    bucket_grid,
+    choose_bucket,
+    pad_doc_lens,
+    token_buckets_up_to,
+)
 from server.engine.fused_backbone import FusedBackbone, make_backbone
 from server.engine.kernels import TorchOps
 
@@ -56,10 +63,21 @@ def test_choose_bucket_fits_and_is_smallest():
             tokens, slots = bucket
             pad = pad_doc_lens(total, docs, bucket)
             assert len(pad) == slots - docs >= 1 and min(pad) >= 1 and total + sum(pad) == tokens
-            smaller = [t for t in GRAPH_TOKEN_BUCKETS if t < tokens]
+            smaller = [t for t in bucket_grid()[slots] if t < tokens]
             assert not smaller or smaller[-1] < total + (slots - docs)
     assert choose_bucket(GRAPH_TOKEN_BUCKETS[-1], 1) is None  # no room for a pad document
     assert choose_bucket(100, GRAPH_DOC_BUCKETS[-1]) is None
+
+
+def test_fine_buckets_where_a_lone_request_steps_and_never_past_the_limit():
+    assert choose_bucket(537, 2) == (544, 3)  # a lone 10 s line: 1% padding, not 7% (576)
+    assert choose_bucket(1070, 4) == (1152, 5)  # two of them: not 1280
+    assert choose_bucket(2140, 8) == (2304, 9)  # four: the common buckets
+    grid = bucket_grid()
+    assert set(GRAPH_TOKEN_BUCKETS) <= set(grid[33]) == set(GRAPH_TOKEN_BUCKETS)
+    assert len(grid[3]) > len(grid[9]) > len(grid[17])
+    limited = bucket_grid(token_buckets_up_to(1024))
+    assert all(max(tokens) == 1024 for tokens in limited.values())
     with pytest.raises(ValueError):
         pad_doc_lens(100, 3, (100, 4))
 

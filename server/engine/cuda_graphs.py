@@ -13,7 +13,11 @@ ones the deadline scheduler keeps while urgent chunks run, `--urgent-step-tokens
 apart up to 8192: a burst of new requests runs steps of 4-8k tokens, whose eager launches
 (7 ms and more of interpreter time, plus the sampler's) are as long as the GPU work and, in a
 server, compete with decoding and the event loop for the interpreter. `--graph-max-tokens`
-lowers the limit (capture time and memory: a few seconds and ~1 GiB at 8192).
+lowers the limit (capture time and memory: a few seconds and ~1 GiB at 8192). Where a step
+holds one or two requests (up to 5 documents) the buckets are twice as fine below 2048 (32
+apart up to 1024, 128 up to 2048): a lone line pays its bucket's padding on every one of its
+32 steps (537 tokens padded to 576 cost 8% more than 544), while finer buckets for every
+document count would double the graphs and their memory (each holds its own attention plan).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import logging
 from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import torch
 
@@ -35,6 +40,11 @@ GRAPH_TOKEN_BUCKETS: tuple[int, ...] = (tuple(range(128, 1024, 64)) + tuple(rang
                                          + tuple(range(4096, 8193, 512)))
 GRAPH_DOC_BUCKETS: tuple[int, ...] = (2, 3, 5, 9, 17, 33)
 DEFAULT_GRAPH_MAX_TOKENS = GRAPH_TOKEN_BUCKETS[-1]
+# (up to this many documents, extra token buckets): finer steps where a lone request's step falls
+FINE_TOKEN_BUCKETS: tuple[tuple[int, tuple[int, ...]], ...] = (
+    (5, tuple(range(160, 1024, 64))),
+    (9, (1152, 1408, 1664, 1920)),
+)
 
 
 def token_buckets_up_to(max_tokens: int) -> tuple[int, ...]:
@@ -45,18 +55,30 @@ def token_buckets_up_to(max_tokens: int) -> tuple[int, ...]:
 LayersFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, object], torch.Tensor]
 
 
+@lru_cache(maxsize=16)
+def bucket_grid(token_buckets: tuple[int, ...] = GRAPH_TOKEN_BUCKETS, doc_buckets: tuple[int, ...] = GRAPH_DOC_BUCKETS,
+                fine=FINE_TOKEN_BUCKETS) -> dict[int, tuple[int, ...]]:
+    """Each document bucket's token buckets: the common ones, plus the fine ones that apply
+    to it, never above the largest common one (the graph limit)."""
+    top = max(token_buckets)
+    return {docs: tuple(sorted({*token_buckets, *(t for limit, extra in fine if docs <= limit
+                                                  for t in extra if t <= top)}))
+            for docs in doc_buckets}
+
+
 def choose_bucket(total_len: int, num_docs: int, token_buckets=GRAPH_TOKEN_BUCKETS,
-                  doc_buckets=GRAPH_DOC_BUCKETS) -> tuple[int, int] | None:
+                  doc_buckets=GRAPH_DOC_BUCKETS, fine=FINE_TOKEN_BUCKETS) -> tuple[int, int] | None:
     """Smallest (tokens, documents) bucket that holds the step plus >= 1 pad document of
     >= 1 token each; None when the step is too large for any graph (run it eagerly)."""
     di = bisect_left(doc_buckets, num_docs + 1)
     if di == len(doc_buckets):
         return None
     docs = doc_buckets[di]
-    ti = bisect_left(token_buckets, total_len + (docs - num_docs))
-    if ti == len(token_buckets):
+    tokens = bucket_grid(tuple(token_buckets), tuple(doc_buckets), fine)[docs]
+    ti = bisect_left(tokens, total_len + (docs - num_docs))
+    if ti == len(tokens):
         return None
-    return token_buckets[ti], docs
+    return tokens[ti], docs
 
 
 def pad_doc_lens(total_len: int, num_docs: int, bucket: tuple[int, int]) -> list[int]:
@@ -160,8 +182,8 @@ class StepGraphs:
 
     def capture_all(self, buckets: list[tuple[int, int]] | None = None) -> int:
         """Capture graphs ahead of traffic (all buckets by default); returns how many exist."""
-        for tokens in self.token_buckets:
-            for docs in self.doc_buckets:
+        for docs, token_buckets in bucket_grid(self.token_buckets, self.doc_buckets).items():
+            for tokens in token_buckets:
                 wanted = buckets is None or (tokens, docs) in buckets
                 if wanted and docs < tokens and (tokens, docs) not in self.captured:
                     self.capture((tokens, docs))
