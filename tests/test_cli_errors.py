@@ -59,6 +59,15 @@ def test_bad_option_values_are_two_lines():
     err = short_failure(chorus("serve", "--log-level", "foo"), "argument --log-level: invalid choice: 'foo'")
     assert "chorus serve --help" in err
     short_failure(chorus("serve", "--port", "99999"), "argument --port: must be 0..65535")
+    short_failure(chorus("serve", "--graph-max-tokens", "-1"), "argument --graph-max-tokens: must be an integer >= 0")
+
+
+def test_graph_limit_reaches_the_engine_settings():
+    from server.cli import config_from_args
+
+    for given, want in ((["--graph-max-tokens", "0"], 0), (["--graph-max-tokens", "4096"], 4096), ([], 8192)):
+        cfg = config_from_args(build_parser().parse_args(["serve", *given]))
+        assert cfg.engine.graph_max_tokens == want
 
 
 def test_missing_model_folder_and_folder_without_checkpoint(tmp_path):
