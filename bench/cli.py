@@ -151,6 +151,12 @@ def _profiles(model) -> dict:
         backbone = FusedBackbone(model, fi, graphs=graphs, fuse_qk_rope=fuse)
         name = f"{n}_requests_{'graph' if graphs else 'eager'}_{backbone.qk_rope_kernel}_qk_rope"
         out[name] = profile_forward(backbone, canvas)
+    from bench.diagnose import profile_decode
+    from server.engine.codec import Codec
+
+    codec = Codec(model)  # with its Snake kernels where they pass their check, as the engine's
+    for seconds in (2.0, 10.0):
+        out[f"decode_{seconds:g}s"] = profile_decode(codec, seconds)
     return out
 
 

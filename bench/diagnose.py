@@ -5,6 +5,8 @@
   (the same path again, eager, the reference modules with torch attention, the reference
   forward, the culprit item alone) so the record says whose numbers went bad.
 - `profile_forward` groups the CUDA kernels of a packed forward by kind.
+- `profile_decode` says where a chunk's codec decode goes: wall time against kernel time and
+  launches, and the operators that cost the host most (a lone line's first audio waits for it).
 - `reference_self_agreement` is the yardstick for token agreement: the reference's tokens
   for the same requests batched and alone.
 """
@@ -143,6 +145,49 @@ def profile_forward(backbone, canvas, iters: int = 5) -> dict:
         "ms_by_kind": {k: round(v / iters / 1e3, 3) for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])},
         "top_kernels": [{"ms_per_forward": round(t / iters / 1e3, 3), "calls_per_forward": c // iters, "name": n}
                         for t, n, c in kernels[:12]],
+    }
+
+
+def profile_decode(codec, seconds: float = 10.0, iters: int = 5, seed: int = 0) -> dict:
+    """One chunk of `seconds` decoded `iters` times: wall ms, and per decode the device's kernel
+    time and launches (CUDA) and the top-level operators by host time, with their counts."""
+    import time
+
+    from torch.profiler import ProfilerActivity, profile
+
+    from bench.mixes import FRAME_RATE
+
+    device = codec.model.audio_heads.weight.device
+    gen = torch.Generator().manual_seed(seed)
+    codebooks = codec.model.config.num_audio_codebook
+    tokens = torch.randint(0, 1024, (codebooks, int(seconds * FRAME_RATE)), generator=gen).to(device)
+    for _ in range(3):
+        codec.decode(tokens)  # returns host audio: each call ends synchronised
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        codec.decode(tokens)
+    wall_ms = (time.perf_counter() - t0) * 1e3 / iters
+    cuda = device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        for _ in range(iters):
+            codec.decode(tokens)
+    events = prof.events()
+    kernels = [e for e in events if cuda and e.device_type == torch.autograd.DeviceType.CUDA]
+    top: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    for e in events:
+        if e.cpu_parent is None and e.device_type == torch.autograd.DeviceType.CPU:
+            top[e.name][0] += 1
+            top[e.name][1] += e.cpu_time_total
+    ops = sorted(top.items(), key=lambda kv: -kv[1][1])
+    return {
+        "seconds": seconds,
+        "wall_ms": round(wall_ms, 3),
+        "kernel_ms": round(sum(e.device_time_total for e in kernels) / iters / 1e3, 3) if cuda else None,
+        "kernel_launches": len(kernels) // iters if cuda else None,
+        "host_operators": sum(n for n, _ in top.values()) // iters,
+        "top_host_operators": [{"name": name, "calls": int(n) // iters, "host_ms": round(t / iters / 1e3, 3)}
+                               for name, (n, t) in ops[:12]],
     }
 
 

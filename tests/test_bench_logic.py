@@ -96,3 +96,16 @@ def test_chorus_bench_cli_help_and_cpu_refusal():
         run = subprocess.run([sys.executable, "-m", "server", "bench", "--scenarios", "forward"],
                              capture_output=True, text=True, timeout=120)
         assert run.returncode == 2 and "CUDA" in run.stderr
+
+
+def test_decode_profile_counts_the_codecs_operators(model):
+    """The profile scenario's decode figures, on the CPU: the codec's own operators, counted once
+    per decode (its 37 convolutions among them), no device figures off CUDA."""
+    from bench.diagnose import profile_decode
+    from server.engine.codec import Codec
+
+    result = profile_decode(Codec(model), seconds=0.4, iters=2)
+    assert result["wall_ms"] > 0 and result["kernel_ms"] is None and result["kernel_launches"] is None
+    calls = {op["name"]: op["calls"] for op in result["top_host_operators"]}
+    assert calls.get("aten::conv1d", 0) + calls.get("aten::conv_transpose1d", 0) == 37
+    assert result["host_operators"] >= 37
