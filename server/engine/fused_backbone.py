@@ -234,8 +234,9 @@ def make_backbone(model, attention="auto", *, graphs: bool = True, quantize: str
 
     `attention` is a setting (`auto` | `torch` | `flashinfer`) or an attention backend already
     made (`make_attention_backend`). FlashInfer on CUDA gets the fused path (CUDA graphs for
-    steps up to `graph_max_tokens` when `graphs`); anything else gets the reference modules (logged). `auto` falls
-    back to torch attention when FlashInfer fails its boot check; `flashinfer` raises instead.
+    steps up to `graph_max_tokens` when `graphs`); anything else gets the reference modules
+    (logged). `auto` falls back to torch attention when FlashInfer fails its boot check;
+    `flashinfer` raises instead.
     `quantize="fp8"` (Hopper, fused path only) runs the projections in FP8 (`fp8.py`).
     """
     from server.engine.backbone import OmniVoiceBackbone

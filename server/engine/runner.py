@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from server.engine.canvas import PackedCanvas, build_packed_canvas
+from server.engine.cuda_graphs import DEFAULT_GRAPH_MAX_TOKENS
 from server.engine.request import Utterance
 from server.engine.sampler import Sampler
 
@@ -110,18 +111,17 @@ class StepRunner:
 
     @classmethod
     def for_model(cls, model, attention: str, max_packed_tokens: int, quantize: str | None = None,
-                  graph_max_tokens: int | None = None) -> StepRunner:
+                  graph_max_tokens: int = DEFAULT_GRAPH_MAX_TOKENS) -> StepRunner:
         """The backbone (`make_backbone`: `attention`, `quantize`, `graph_max_tokens`) and the
         sampler, on the model's device."""
         from server.engine.fused_backbone import make_backbone
 
         device = model.audio_heads.weight.device
-        extra = {} if graph_max_tokens is None else {"graph_max_tokens": graph_max_tokens}
         if device.type == "cuda":
             with torch.cuda.device(device):  # kernels checked and graphs captured on this GPU
-                backbone = make_backbone(model, attention, quantize=quantize, **extra)
+                backbone = make_backbone(model, attention, quantize=quantize, graph_max_tokens=graph_max_tokens)
         else:
-            backbone = make_backbone(model, attention, quantize=quantize, **extra)
+            backbone = make_backbone(model, attention, quantize=quantize, graph_max_tokens=graph_max_tokens)
         sampler = Sampler(model.config.audio_mask_id, model.config.num_audio_codebook, device)
         return cls(backbone, sampler, device, max_packed_tokens)
 
