@@ -48,8 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-packed-tokens", type=int, default=32768)
     p.add_argument("--loaded-seconds", type=float, default=60.0)
     p.add_argument("--no-graphs", action="store_true", help="run the fused backbone without CUDA graphs")
-    p.add_argument("--graph-max-tokens", type=int, default=8192,
-                   help="the engine's and the server's CUDA graph limit (`chorus serve --graph-max-tokens`)")
+    p.add_argument("--graph-max-tokens", type=int, default=8192, choices=(1024, 2048, 4096, 8192),
+                   help="the engine's and the server's CUDA graph limit (`chorus serve --graph-max-tokens`); "
+                        "a bucket of the server's packed-tokens histogram, so ws_loaded can say what share of "
+                        "steps ran beyond it (--no-graphs: none)")
     p.add_argument("--time-budget", type=float, default=1e9, help="skip scenarios once this many seconds passed")
     p.add_argument("--commit", default=os.environ.get("CHORUS_COMMIT"), help="git commit measured (default: git)")
     return p
@@ -244,7 +246,7 @@ def _server_scenarios(run: Run, ckpt: Path, specs, engine_throughput: dict | Non
         if base:
             run.scenario("ws_loaded", ("server", "loaded"),
                          lambda: ws.run(ws.loaded(url, base, duration_s=args.loaded_seconds,
-                                                  graph_max_tokens=args.graph_max_tokens)))
+                                                  graph_max_tokens=0 if args.no_graphs else args.graph_max_tokens)))
     finally:
         server.stop(timeout=60)  # SIGTERM, then kill if the drain hangs
 

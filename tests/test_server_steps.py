@@ -70,3 +70,7 @@ def test_graph_limit_is_the_engines_and_a_histogram_bucket():
     assert GRAPH_TOKEN_BUCKETS[-1] == DEFAULT_GRAPH_MAX_TOKENS == GRAPH_MAX_TOKENS in TOKEN_BUCKETS
     assert EngineSettings().graph_max_tokens == GRAPH_MAX_TOKENS
     assert build_parser().parse_args(["serve"]).graph_max_tokens == GRAPH_MAX_TOKENS
+    from bench.cli import build_parser as bench_parser
+
+    limit = next(a for a in bench_parser()._actions if a.dest == "graph_max_tokens")
+    assert limit.default == GRAPH_MAX_TOKENS and set(limit.choices) <= set(TOKEN_BUCKETS)
