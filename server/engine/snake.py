@@ -95,9 +95,8 @@ def fused_snake(x: torch.Tensor, alpha: torch.Tensor, inv: torch.Tensor) -> torc
                   and x3.numel() > 0 and alpha.dtype == torch.float32 and inv.dtype == torch.float32
                   and alpha.device == x.device and inv.device == x.device
                   and triton.cdiv(t, _BLOCK) <= _MAX_GRID_Y)
-    if not use_kernel:
-        a3, i3 = alpha.reshape(1, -1, 1), inv.reshape(1, -1, 1)
-        return (x3 + i3 * torch.sin(a3 * x3).pow(2)).reshape(shape)
+    if not use_kernel:  # the module's own expression (its reciprocal is `inv`, bit for bit)
+        return reference(x, alpha.reshape(1, -1, 1))
     x3 = x3.contiguous()
     a1, i1 = alpha.detach().reshape(-1).contiguous(), inv.reshape(-1).contiguous()
     assert a1.numel() == x3.shape[1] and i1.numel() == x3.shape[1]

@@ -13,8 +13,8 @@ HIGHEST_PRIORITY = -100
 
 def decode_priority() -> int:
     """Priority of the finisher's decode streams: the highest, so a finished chunk's decode
-    (a request's first audio waits for it) takes the SMs ahead of a long step's next blocks
-    instead of queueing behind them; `CHORUS_DECODE_PRIORITY=0` makes it an ordinary stream."""
+    (a request's first audio waits for it) is given SMs before a step's queued blocks (on an
+    H200 at 70% load no different from an ordinary stream, which `CHORUS_DECODE_PRIORITY=0` makes)."""
     return 0 if os.environ.get("CHORUS_DECODE_PRIORITY", "") == "0" else HIGHEST_PRIORITY
 
 
