@@ -98,6 +98,16 @@ def test_chorus_bench_cli_help_and_cpu_refusal():
         assert run.returncode == 2 and "CUDA" in run.stderr
 
 
+def test_bench_graph_limit_must_be_a_histogram_bucket(capsys):
+    from bench.cli import build_parser
+
+    assert build_parser().parse_args(["--graph-max-tokens", "4096"]).graph_max_tokens == 4096
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--graph-max-tokens", "5000"])
+    assert ("argument --graph-max-tokens: invalid choice: 5000 (choose from 1024, 2048, 4096, 8192)"
+            in capsys.readouterr().err)
+
+
 def test_decode_profile_counts_the_codecs_operators(model):
     """The profile scenario's decode figures, on the CPU: the codec's own operators, counted once
     per decode (its 37 convolutions among them), no device figures off CUDA."""
