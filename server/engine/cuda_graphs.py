@@ -23,9 +23,11 @@ memory than the 162 up to 4096 did, and take a few seconds more to capture.
 
 from __future__ import annotations
 
+import gc
 import logging
 from bisect import bisect_left
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -117,6 +119,20 @@ class ForwardStats:
     captures: list[tuple[int, int]] = field(default_factory=list)
 
 
+@contextmanager
+def _no_collection():
+    """Python's cyclic GC off for the length of a capture: a collection that frees another
+    CUDA graph (say, of a backbone dropped earlier) destroys it mid-capture, which CUDA
+    forbids, and the capture fails ("operation not permitted when stream is capturing")."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 class StepGraphs:
     """Captures `layers` per bucket on first use (or ahead, `capture_all`) and replays it."""
 
@@ -173,7 +189,7 @@ class StepGraphs:
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
+        with _no_collection(), torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
             g.out = self.layers(g.ids, g.mask, g.pos, plan)
         g.graph = graph
         self.captured[bucket] = g
@@ -183,6 +199,7 @@ class StepGraphs:
 
     def capture_all(self, buckets: list[tuple[int, int]] | None = None) -> int:
         """Capture graphs ahead of traffic (all buckets by default); returns how many exist."""
+        gc.collect()  # unreachable graphs of earlier backbones go now, not during a capture
         for docs, token_buckets in bucket_grid(self.token_buckets, self.doc_buckets).items():
             for tokens in token_buckets:
                 wanted = buckets is None or (tokens, docs) in buckets
