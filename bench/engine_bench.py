@@ -139,11 +139,18 @@ class StageTimer:
                 return getattr(backbone, name)
 
             def __call__(self, canvas):
+                return self._timed(backbone, canvas)
+
+            def head_logits(self, canvas):  # the runner's call where the sampler scores half logits
+                return self._timed(getattr(backbone, "head_logits", backbone), canvas)
+
+            @staticmethod
+            def _timed(forward, canvas):
                 rec = timer.records[-1]
                 e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 t0 = time.perf_counter()
                 e0.record()
-                out = backbone(canvas)
+                out = forward(canvas)
                 e1.record()
                 rec.update(fwd_host=time.perf_counter() - t0, fwd_ev=(e0, e1))
                 return out

@@ -211,11 +211,16 @@ class FusedBackbone:
         return self._layers(self._embed(ids, mask), pos, plan)[:s]
 
     @torch.inference_mode()
+    def head_logits(self, canvas: PackedCanvas) -> torch.Tensor:
+        """Logits at target positions only, in the model's dtype: (S_t, C, V) in `tgt_index`
+        order (the sampler's fused scoring reads them so, without a float32 copy)."""
+        hidden = self.hidden_states(canvas).index_select(0, canvas.tgt_index)
+        return F.linear(hidden, self.model.audio_heads.weight).view(-1, self.num_codebooks, self.vocab)
+
+    @torch.inference_mode()
     def forward(self, canvas: PackedCanvas) -> torch.Tensor:
         """Float32 logits at target positions only: (S_t, C, V) in `tgt_index` order."""
-        hidden = self.hidden_states(canvas).index_select(0, canvas.tgt_index)
-        logits = F.linear(hidden, self.model.audio_heads.weight)
-        return logits.view(-1, self.num_codebooks, self.vocab).float()
+        return self.head_logits(canvas).float()
 
     __call__ = forward
 

@@ -165,7 +165,7 @@ class StepRunner:
         try:
             canvas = build_packed_canvas([u.item for u in utts], self.device, self._last_canvas)
             self._last_canvas = canvas
-            logits = self.backbone(canvas)
+            logits = self._logits(canvas)
             finite = self.sampler.step(logits, canvas, utts)
         except Exception as exc:  # isolated to the item(s) at fault
             if is_oom(exc):
@@ -185,6 +185,13 @@ class StepRunner:
             ready.record()
             finite = host
         return [LaunchedPart(utts, finite, [u.step + 1 for u in utts], ready)]
+
+    def _logits(self, canvas):
+        """The step's target logits: in the model's dtype where the sampler scores them in one
+        fused pass and the backbone can give them so, else float32."""
+        if self.sampler.fused_scores and hasattr(self.backbone, "head_logits"):
+            return self.backbone.head_logits(canvas)
+        return self.backbone(canvas)
 
     def _lower_cap(self, tokens: int) -> None:
         if self.device.type == "cuda":

@@ -21,6 +21,8 @@ fails its own item through the finiteness flags; the other items step on unchang
 
 from __future__ import annotations
 
+import logging
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,6 +32,8 @@ import torch.nn.functional as F
 from server.engine.canvas import PackedCanvas, host_to_device, same_items
 from server.engine.request import Utterance
 from server.engine.upstream_names import filter_top_k
+
+log = logging.getLogger(__name__)
 
 
 def _gumbel(u: torch.Tensor) -> torch.Tensor:
@@ -60,17 +64,40 @@ class _StepLayout:
     cfg_scale: torch.Tensor | None  # (cfg rows, 1, 1) their guidance scales
     all_cfg: bool  # every item does CFG: cfg_rows are all conditional rows, in order
     all_noise: bool  # every item draws position noise
+    any_class_sampling: bool  # some item samples classes (class_temperature > 0)
     table_index: torch.Tensor  # (rows x C,) each score's slot in the (items, C x t_max) table
     row_slot: torch.Tensor  # (rows,) each row's slot in an (items x t_max) table
 
 
 class Sampler:
-    def __init__(self, mask_id: int, num_codebooks: int, device: torch.device):
+    def __init__(self, mask_id: int, num_codebooks: int, device: torch.device, fused_scores: bool | None = None):
         self.mask_id = mask_id
         self.device = device
         self.num_codebooks = num_codebooks
         self.layer_ids = torch.arange(num_codebooks, device=device, dtype=torch.float32)
         self._last: _StepLayout | None = None
+        self.fused_scores = self._pick_fused_scores(fused_scores)
+
+    def _pick_fused_scores(self, wanted: bool | None) -> bool:
+        """Score all-CFG steps with `cfg_scores`' one-pass kernel on half-precision logits:
+        by default on CUDA (`CHORUS_FUSED_SCORES=0` turns it off), if its check passes."""
+        if wanted is None:
+            wanted = self.device.type == "cuda" and os.environ.get("CHORUS_FUSED_SCORES", "") != "0"
+        if not wanted:
+            return False
+        from server.engine import cfg_scores
+
+        try:
+            result = cfg_scores.check(self.device, num_codebooks=self.num_codebooks, vocab=self.mask_id + 1,
+                                      mask_id=self.mask_id)
+        except Exception as exc:  # noqa: BLE001 - fall back, loudly
+            log.warning("CFG scoring kernel unavailable (%s); scoring in torch", exc)
+            return False
+        if not cfg_scores.passes(result):
+            log.warning("CFG scoring kernel failed its check (%s); scoring in torch", result)
+            return False
+        log.info("CFG scoring: one-pass kernel (check: %s)", result)
+        return True
 
     def _layout(self, canvas: PackedCanvas, utts: list[Utterance]) -> _StepLayout:
         if self._last is not None and same_items(canvas.items, self._last.items):
@@ -108,6 +135,7 @@ class Sampler:
             cfg_scale=cfg_scale,
             all_cfg=bool(cfg.all()),
             all_noise=all_noise,
+            any_class_sampling=any(u.options.class_temperature > 0 for u in utts),
             table_index=host_to_device(slots.reshape(-1), self.device),
             row_slot=host_to_device(row_item * t_max + row_pos, self.device),
         )
@@ -117,6 +145,8 @@ class Sampler:
     def step(self, logits: torch.Tensor, canvas: PackedCanvas, utts: list[Utterance]) -> torch.Tensor:
         """Reveal this step's tokens in every item's canvas, in place.
 
+        `logits` may be half precision (the fused scoring reads them so); the torch path
+        upcasts them first, as the reference does.
         Returns a device bool tensor: per item, whether its logits were finite (an item
         with non-finite logits must fail). It is not read here, so the step never waits
         for the GPU; the loop reads it once the step has finished. Every operation is
@@ -126,9 +156,15 @@ class Sampler:
         layout = self._layout(canvas, utts)
         k_host = [u.schedule[u.step] for u in utts]  # this step's picks per item
 
-        log_probs = self._log_probs(logits, layout)
-        log_probs.select(-1, self.mask_id).fill_(-float("inf"))
-        confidence, predicted = log_probs.max(dim=-1)  # (rows, C): the first maximum, as argmax
+        if self.fused_scores and layout.all_cfg and not layout.any_class_sampling and logits.is_contiguous():
+            from server.engine.cfg_scores import cfg_scores
+
+            confidence, predicted = cfg_scores(logits, layout.n_cond, layout.cfg_scale, self.mask_id)
+            log_probs = None  # only class sampling reads it
+        else:
+            log_probs = self._log_probs(logits.float(), layout)
+            log_probs.select(-1, self.mask_id).fill_(-float("inf"))
+            confidence, predicted = log_probs.max(dim=-1)  # (rows, C): the first maximum, as argmax
         finite_rows = torch.isfinite(confidence).all(dim=-1)
         noise = self._noise(log_probs, predicted, canvas, utts, layout)
         scores = confidence.sub_(layout.row_penalty).div_(layout.row_temp).add_(noise)
@@ -160,7 +196,7 @@ class Sampler:
         log_probs.index_copy_(0, layout.cfg_rows, F.log_softmax(cond + layout.cfg_scale * (cond - uncond), dim=-1))
         return log_probs
 
-    def _noise(self, log_probs: torch.Tensor, predicted: torch.Tensor, canvas: PackedCanvas,
+    def _noise(self, log_probs: torch.Tensor | None, predicted: torch.Tensor, canvas: PackedCanvas,
                utts: list[Utterance], layout: _StepLayout) -> torch.Tensor:
         """Per-item random parts, each from the item's own generator: class sampling (rare,
         rewrites `predicted`) and the (rows, C) Gumbel position noise (0 where an item has none)."""

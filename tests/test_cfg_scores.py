@@ -1,0 +1,95 @@
+"""The one-pass CFG scoring kernel against the sampler's torch path, on the CPU through
+Triton's interpreter (in a subprocess: the interpreter is chosen when Triton is imported)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytest.importorskip("triton")
+
+SCRIPT = textwrap.dedent("""
+    import types
+    import torch
+    from server.engine import cfg_scores as cs
+    from server.engine.canvas import CanvasItem, PackedCanvas
+    from server.engine.request import unmask_schedule
+    from server.engine.sampler import Sampler
+
+    # the check the sampler runs before it trusts the kernel, in both half precisions
+    for dtype in (torch.bfloat16, torch.float16):
+        result = cs.check("cpu", dtype=dtype, rows=16)
+        assert cs.passes(result), (dtype, result)
+
+    # non-finite logits make exactly the confidences the torch path makes non-finite
+    gen = torch.Generator().manual_seed(2)
+    logits = (torch.randn(8, 8, 1025, generator=gen) * 3).to(torch.bfloat16)
+    logits[0, 1, 5] = float("nan")
+    logits[1, 2, 7] = float("inf")
+    logits[2, 3, :] = -float("inf")
+    logits[3, 0, 9] = -float("inf")  # one impossible token: still finite
+    logits[5, 4, 3] = float("nan")  # the unconditional row of conditional row 1
+    scale = torch.tensor([2.0, 2.0, 0.5, 3.0])
+    conf, pred = cs.cfg_scores(logits, 4, scale, 1024)
+    want_conf, want_pred = cs.reference(logits, 4, scale, 1024)
+    assert torch.equal(torch.isfinite(conf), torch.isfinite(want_conf))
+    assert int((~torch.isfinite(conf)).sum()) == 4
+    ok = torch.isfinite(want_conf)
+    assert float((conf - want_conf)[ok].abs().max()) < 1e-5 and torch.equal(pred[ok], want_pred[ok])
+    assert int(pred.max()) < 1024  # never the MASK id
+
+    # the sampler reveals the same tokens with the kernel on half logits as with the torch
+    # path on float32 ones, in a batch whose items differ in guidance and position noise
+    C, V, MASK, T, STEPS = 4, 33, 32, 6, 4
+
+    def item(seed, guidance, position_temperature):
+        tokens = torch.full((C, T), MASK, dtype=torch.long)
+        it = CanvasItem("x#0", torch.zeros((C, 2), dtype=torch.long), torch.zeros(2, dtype=torch.bool), tokens,
+                        guidance)
+        opts = types.SimpleNamespace(layer_penalty_factor=5.0, position_temperature=position_temperature,
+                                     class_temperature=0.0)
+        utt = types.SimpleNamespace(options=opts, schedule=unmask_schedule(T, C, STEPS, 0.1), step=0,
+                                    generator=torch.Generator().manual_seed(seed), item=it)
+        return it, utt
+
+    def run(fused, guidance2):
+        sampler = Sampler(MASK, C, torch.device("cpu"), fused_scores=fused)
+        assert sampler.fused_scores is fused
+        (i1, u1), (i2, u2) = item(1, 2.0, 5.0), item(2, guidance2, 0.0)
+        uncond = [2 * T, 3 * T] if guidance2 else [2 * T, None]
+        canvas = PackedCanvas(torch.zeros((C, 1)), torch.zeros(1), torch.zeros(1), [1], torch.zeros(1), [i1, i2],
+                              [0, T], uncond)
+        gen = torch.Generator().manual_seed(9)
+        for step in range(STEPS):
+            u1.step = u2.step = step
+            rows = 4 * T if guidance2 else 3 * T
+            logits = (torch.randn((rows, C, V), generator=gen) * 3).to(torch.bfloat16)
+            flags = sampler.step(logits if fused else logits.float(), canvas, [u1, u2])
+            assert flags.tolist() == [True, True]
+        return i1.tokens.clone(), i2.tokens.clone()
+
+    for guidance2 in (3.0, 0.0):  # all CFG: the kernel; one item without: the torch path on upcast logits
+        fused, plain = run(True, guidance2), run(False, guidance2)
+        assert torch.equal(fused[0], plain[0]) and torch.equal(fused[1], plain[1]), guidance2
+        assert not bool((fused[0] == MASK).any())
+    print("ok")
+""")
+
+
+def test_kernel_in_the_interpreter():
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    result = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+def test_kernel_on_the_gpu_passes_its_check():
+    from server.engine import cfg_scores
+
+    for dtype in ("bfloat16", "float16"):
+        result = cfg_scores.check("cuda", dtype=getattr(__import__("torch"), dtype), rows=512)
+        assert cfg_scores.passes(result), (dtype, result)
