@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 
+import numpy as np
 import torch
 
 from bench.parity import reference_target_logits
@@ -162,11 +163,12 @@ def profile_decode(codec, seconds: float = 10.0, iters: int = 5, seed: int = 0) 
     codebooks = codec.model.config.num_audio_codebook
     tokens = torch.randint(0, 1024, (codebooks, int(seconds * FRAME_RATE)), generator=gen).to(device)
     for _ in range(3):
-        codec.decode(tokens)  # returns host audio: each call ends synchronised
+        eager = codec.decode(tokens)  # returns host audio: each call ends synchronised
     t0 = time.perf_counter()
     for _ in range(iters):
         codec.decode(tokens)
-    wall_ms = (time.perf_counter() - t0) * 1e3 / iters
+    wall_ms = (time.perf_counter() - t0) * 1e3 / iters  # on the default stream: always eager
+    graphs = _decode_graph_timing(codec, tokens, eager, iters) if getattr(codec, "graphs", None) else {}
     cuda = device.type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with profile(activities=activities) as prof:
@@ -183,12 +185,29 @@ def profile_decode(codec, seconds: float = 10.0, iters: int = 5, seed: int = 0) 
     return {
         "seconds": seconds,
         "wall_ms": round(wall_ms, 3),
+        **graphs,
         "kernel_ms": round(sum(e.device_time_total for e in kernels) / iters / 1e3, 3) if cuda else None,
         "kernel_launches": len(kernels) // iters if cuda else None,
         "host_operators": sum(n for n, _ in top.values()) // iters,
         "top_host_operators": [{"name": name, "calls": int(n) // iters, "host_ms": round(t / iters / 1e3, 3)}
                                for name, (n, t) in ops[:12]],
     }
+
+
+def _decode_graph_timing(codec, tokens, eager, iters: int) -> dict:
+    """The same decode on a side stream, as the finisher's workers run it: the first call is
+    eager, the second captures its graph, later ones replay it."""
+    import time
+
+    side = torch.cuda.Stream(tokens.device)
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            replayed = codec.decode(tokens)
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            codec.decode(tokens)
+        graph_ms = (time.perf_counter() - t0) * 1e3 / iters
+    return {"graph_wall_ms": round(graph_ms, 3), "graph_equals_eager": bool(np.array_equal(replayed, eager))}
 
 
 def reference_self_agreement(model, n: int = 4, seed: int = 5) -> dict:

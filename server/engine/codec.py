@@ -5,7 +5,8 @@ padding, and a padded convolutional decode changes the samples near each clip's 
 seeded request would no longer sound the same alone and in a crowd.
 
 On CUDA each of the codec's Snake activations is one Triton launch (`snake`, checked against
-the torch arithmetic at start), as the decode is bound by kernel launches.
+the torch arithmetic at start), and a length decoded before replays as a CUDA graph
+(`decode_graphs`), as the decode is bound by the host's launches.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from server.engine import decode_graphs
+from server.engine.decode_graphs import DecodeGraphs
 from server.engine.postprocess import cross_fade_chunks, post_process_audio
 from server.engine.types import RequestRejected, VoicePrompt
 
@@ -22,18 +25,25 @@ class Codec:
         self.model = model
         self.sample_rate: int = model.sampling_rate
         self.fused_snakes = 0  # Snake1d activations running as one Triton kernel each (CUDA only)
+        self.graphs: DecodeGraphs | None = None  # decodes replayed as CUDA graphs (CUDA only)
         tokenizer = getattr(model, "audio_tokenizer", None)
-        if tokenizer is not None and torch.device(getattr(tokenizer, "device", "cpu")).type == "cuda":
+        device = torch.device(getattr(tokenizer, "device", "cpu")) if tokenizer is not None else None
+        if device is not None and device.type == "cuda":
             from server.engine import snake  # lazily: CPU installs need no Triton
 
             self.fused_snakes = snake.install(tokenizer)
+            if decode_graphs.wanted(device):
+                self.graphs = DecodeGraphs(self._decode_codes)
+
+    def _decode_codes(self, codes: torch.Tensor) -> torch.Tensor:
+        return self.model.audio_tokenizer.decode(codes).audio_values
 
     @torch.inference_mode()
     def decode(self, tokens: torch.Tensor) -> np.ndarray:
         """(C, T) tokens -> (1, N) float32 waveform, as the reference decodes."""
-        codec = self.model.audio_tokenizer
-        audio = codec.decode(tokens.to(codec.device).unsqueeze(0)).audio_values[0]
-        return audio.float().cpu().numpy()
+        codes = tokens.to(self.model.audio_tokenizer.device).unsqueeze(0)
+        audio = (self.graphs.decode(codes) if self.graphs is not None else self._decode_codes(codes))[0]
+        return audio.float().cpu().numpy()  # copied out before this thread's next decode
 
     @torch.inference_mode()
     def encode_voice(self, audio: np.ndarray, sample_rate: int, text: str | None) -> VoicePrompt:
