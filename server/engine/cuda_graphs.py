@@ -27,13 +27,13 @@ import gc
 import logging
 from bisect import bisect_left
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 import torch
 
 from server.engine.canvas import PackedCanvas
+from server.engine.gc_pause import gc_paused
 
 log = logging.getLogger(__name__)
 
@@ -119,20 +119,6 @@ class ForwardStats:
     captures: list[tuple[int, int]] = field(default_factory=list)
 
 
-@contextmanager
-def _no_collection():
-    """Python's cyclic GC off for the length of a capture: a collection that frees another
-    CUDA graph (say, of a backbone dropped earlier) destroys it mid-capture, which CUDA
-    forbids, and the capture fails ("operation not permitted when stream is capturing")."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 class StepGraphs:
     """Captures `layers` per bucket on first use (or ahead, `capture_all`) and replays it."""
 
@@ -189,7 +175,7 @@ class StepGraphs:
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
-        with _no_collection(), torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
+        with gc_paused(), torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
             g.out = self.layers(g.ids, g.mask, g.pos, plan)
         g.graph = graph
         self.captured[bucket] = g

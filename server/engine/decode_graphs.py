@@ -20,7 +20,6 @@ eager for that length, logged once.
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
 import threading
@@ -28,6 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
+
+from server.engine.gc_pause import gc_paused
 
 log = logging.getLogger(__name__)
 
@@ -109,25 +110,21 @@ class DecodeGraphs:
         frames = codes.shape[-1]
         static = codes.clone()  # an ordinary allocation: no graph ever writes over it
         graph = torch.cuda.CUDAGraph()
-        enabled = gc.isenabled()
-        gc.disable()  # a collection freeing some other graph mid-capture would break it
         try:
             # capture_begin/end, not torch.cuda.graph(): that synchronizes the whole device and
             # empties the allocator's cache first, which would stall the step loop
-            graph.capture_begin(pool=mine.pool, capture_error_mode="thread_local")
-            try:
-                audio = self.decode_fn(static)
-            finally:
-                graph.capture_end()
+            with gc_paused():
+                graph.capture_begin(pool=mine.pool, capture_error_mode="thread_local")
+                try:
+                    audio = self.decode_fn(static)
+                finally:
+                    graph.capture_end()
         except Exception as exc:  # noqa: BLE001 - this length stays eager
             mine.failed.add(frames)
             self._count("failures")
             log.warning("decode of %d frames could not be captured as a CUDA graph (%s); decoding it eagerly",
                         frames, exc)
             return None
-        finally:
-            if enabled:
-                gc.enable()
         captured = _Captured(static, audio, graph)
         mine.graphs[frames] = captured
         self._count("captures")
