@@ -13,11 +13,9 @@ import pytest
 pytest.importorskip("triton")
 
 SCRIPT = textwrap.dedent("""
-    import types
     import torch
     from server.engine import cfg_scores as cs
-    from server.engine.canvas import CanvasItem, PackedCanvas
-    from server.engine.request import unmask_schedule
+    from server.engine.canvas import PackedCanvas
     from server.engine.sampler import Sampler
 
     # the check the sampler runs before it trusts the kernel, in both half precisions
@@ -44,17 +42,11 @@ SCRIPT = textwrap.dedent("""
 
     # the sampler reveals the same tokens with the kernel on half logits as with the torch
     # path on float32 ones, in a batch whose items differ in guidance and position noise
-    C, V, MASK, T, STEPS = 4, 33, 32, 6, 4
+    from tests.test_sampler import C, MASK, STEPS, T, V, _lone
 
     def item(seed, guidance, position_temperature):
-        tokens = torch.full((C, T), MASK, dtype=torch.long)
-        it = CanvasItem("x#0", torch.zeros((C, 2), dtype=torch.long), torch.zeros(2, dtype=torch.bool), tokens,
-                        guidance)
-        opts = types.SimpleNamespace(layer_penalty_factor=5.0, position_temperature=position_temperature,
-                                     class_temperature=0.0)
-        utt = types.SimpleNamespace(options=opts, schedule=unmask_schedule(T, C, STEPS, 0.1), step=0,
-                                    generator=torch.Generator().manual_seed(seed), item=it)
-        return it, utt
+        canvas, utt = _lone(seed, position_temperature, guidance)
+        return canvas.items[0], utt
 
     def run(fused, guidance2):
         sampler = Sampler(MASK, C, torch.device("cpu"), fused_scores=fused)
