@@ -34,8 +34,12 @@ TOKENS = (544, 1152, 2304, 4608, 8576, 34256)
 QK_SHAPES = ((32, 4), (32, 8), (16, 4), (8, 1), (8, 2), (8, 4), (4, 1), (4, 2))  # (heads/program, warps)
 
 
+REPEAT = 20  # calls back to back per timing, so small shapes measure the kernel, not one launch
+
+
 def _timed(fn, iters: int) -> float:
-    return cuda_ms(fn, warmup=5, iters=iters)["median"]
+    """Median ms of one call, from `REPEAT` calls between two CUDA events."""
+    return cuda_ms(lambda: [fn() for _ in range(REPEAT)], warmup=2, iters=iters)["median"] / REPEAT
 
 
 def gemms(device, tokens: tuple[int, ...], iters: int) -> list[dict]:
