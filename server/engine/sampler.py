@@ -9,7 +9,10 @@ item's own schedule.
 All of it runs once for every row of the step: the per-item parts (guidance, penalty,
 temperature, k) become per-row values, and the top-k runs over a padded (items, C x Tmax)
 score table. Only random draws stay per item, from each item's own generator, so a
-seeded request's tokens do not depend on its neighbours.
+seeded request's tokens do not depend on its neighbours. On CUDA a step where every item
+does CFG and none samples classes (the default knobs) gets its confidences and predicted
+ids from `cfg_scores`' one pass over the head's bf16 logits instead of the float32 torch
+ops (same arithmetic, only the order of each sum differs; checked at start).
 
 No score can make the shared step index out of range or touch a neighbour: selection ranks
 on a mask-aware key (a still-masked position above every revealed or padding one, NaN and
