@@ -52,3 +52,69 @@ def test_graph_replay_is_the_eager_decode(tiny_checkpoint):
     for i, outs in got.items():
         assert all(np.array_equal(out, eager[i]) for out in outs)
     assert codec.graphs.stats.captures == 2 and codec.graphs.stats.replays == 4
+
+
+
+class _FakeGraph:
+    """Stands in for torch.cuda.CUDAGraph on the CPU: what the decode function does while
+    this graph captures is recorded as a closure, and replay runs it again."""
+
+    capturing: _FakeGraph | None = None
+
+    def __init__(self):
+        self.recorded = None
+
+    def capture_begin(self, pool=None, capture_error_mode=None):
+        assert capture_error_mode == "thread_local"  # never stop other threads' work
+        _FakeGraph.capturing = self
+
+    def capture_end(self):
+        _FakeGraph.capturing = None
+
+    def replay(self):
+        self.recorded()
+
+
+def test_the_policy_eager_then_capture_then_replay(monkeypatch):
+    """First sight of a length eager, second captured, then replayed (reading the new
+    codes); a capture that fails leaves its length eager for good; the legacy default
+    stream and over-long clips are never captured; the graph count is capped."""
+    side, default = object(), object()
+    stream = {"now": side}
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: stream["now"])
+    monkeypatch.setattr(torch.cuda, "default_stream", lambda device=None: default)
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: ("pool",))
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", _FakeGraph)
+
+    def decode_fn(codes):
+        out = codes.float() * 2
+        graph = _FakeGraph.capturing
+        if graph is not None:
+            if codes.shape[-1] == 13:
+                raise RuntimeError("not capturable")
+            graph.recorded = lambda: out.copy_(codes.float() * 2)  # codes: the static input
+        return out
+
+    graphs = decode_graphs.DecodeGraphs(decode_fn, max_frames=50, max_graphs=2)
+
+    def clip(frames, fill):
+        return torch.full((1, 4, frames), fill, dtype=torch.long)
+
+    for fill in (1, 2, 3):  # length 7: eager, capture + replay, replay
+        assert torch.equal(graphs.decode(clip(7, fill)), clip(7, fill).float() * 2)
+    stats = graphs.stats
+    assert (stats.eager, stats.captures, stats.replays) == (1, 1, 2)
+
+    for fill in (1, 2, 3):  # length 13 cannot be captured: eager every time after the failure
+        assert torch.equal(graphs.decode(clip(13, fill)), clip(13, fill).float() * 2)
+    assert stats.failures == 1 and stats.captures == 1 and _FakeGraph.capturing is None
+
+    for _ in range(3):  # over max_frames: never captured
+        graphs.decode(clip(60, 1))
+    stream["now"] = default
+    for _ in range(3):  # the legacy default stream: never captured
+        graphs.decode(clip(9, 1))
+    stream["now"] = side
+    for frames in (20, 20, 30, 30, 30):  # 20 fills the cap of 2 graphs; 30 stays eager
+        graphs.decode(clip(frames, 1))
+    assert stats.captures == 2 and stats.replays == 3
