@@ -27,6 +27,8 @@ import os
 import torch
 import torch.nn.functional as F
 
+from server.engine.sampler import best_unmasked, cfg_mix
+
 log = logging.getLogger(__name__)
 
 try:  # Triton is optional: CPU installs keep the torch path
@@ -107,13 +109,12 @@ def cfg_scores(logits: torch.Tensor, n_cond: int, scale: torch.Tensor, mask_id: 
 
 def reference(logits: torch.Tensor, n_cond: int, scale: torch.Tensor, mask_id: int
               ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The sampler's torch path for an all-CFG step (the yardstick of `check` and the tests)."""
+    """The sampler's torch path for an all-CFG step, from its own functions (the yardstick of
+    `check` and the tests)."""
     logits = logits.float()
     cond = F.log_softmax(logits[:n_cond], dim=-1)
     uncond = F.log_softmax(logits[n_cond:], dim=-1)
-    log_probs = F.log_softmax(cond + scale.reshape(-1, 1, 1) * (cond - uncond), dim=-1)
-    log_probs.select(-1, mask_id).fill_(-float("inf"))
-    return log_probs.max(dim=-1)
+    return best_unmasked(cfg_mix(cond, uncond, scale.reshape(-1, 1, 1)), mask_id)
 
 
 def check(device, dtype: torch.dtype = torch.bfloat16, num_codebooks: int = 8, vocab: int = 1025,

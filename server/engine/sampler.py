@@ -49,6 +49,18 @@ def _gumbel_(u: torch.Tensor) -> torch.Tensor:
     return u.add_(1e-10).log_().neg_().add_(1e-10).log_().neg_()
 
 
+def cfg_mix(cond: torch.Tensor, uncond: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """The reference's CFG: log-softmax of `cond + scale * (cond - uncond)` (both log-probabilities)."""
+    return F.log_softmax(cond + scale * (cond - uncond), dim=-1)
+
+
+def best_unmasked(log_probs: torch.Tensor, mask_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Confidence and predicted id of each (row, codebook), MASK excluded (in place): the first
+    maximum, as argmax picks it."""
+    log_probs.select(-1, mask_id).fill_(-float("inf"))
+    return log_probs.max(dim=-1)
+
+
 def _uniform(shape, generator: torch.Generator, device: torch.device) -> torch.Tensor:
     return torch.rand(shape, generator=generator, device=device, dtype=torch.float32)
 
@@ -166,8 +178,7 @@ class Sampler:
             log_probs = None  # only class sampling reads it
         else:
             log_probs = self._log_probs(logits.float(), layout)
-            log_probs.select(-1, self.mask_id).fill_(-float("inf"))
-            confidence, predicted = log_probs.max(dim=-1)  # (rows, C): the first maximum, as argmax
+            confidence, predicted = best_unmasked(log_probs, self.mask_id)  # (rows, C)
         finite_rows = torch.isfinite(confidence).all(dim=-1)
         noise = self._noise(log_probs, predicted, canvas, utts, layout)
         scores = confidence.sub_(layout.row_penalty).div_(layout.row_temp).add_(noise)
@@ -194,9 +205,9 @@ class Sampler:
             return log_probs
         uncond = F.log_softmax(logits[n_cond:], dim=-1)
         if layout.all_cfg:  # every conditional row mixes: no gather and scatter
-            return F.log_softmax(log_probs + layout.cfg_scale * (log_probs - uncond), dim=-1)
+            return cfg_mix(log_probs, uncond, layout.cfg_scale)
         cond = log_probs.index_select(0, layout.cfg_rows)
-        log_probs.index_copy_(0, layout.cfg_rows, F.log_softmax(cond + layout.cfg_scale * (cond - uncond), dim=-1))
+        log_probs.index_copy_(0, layout.cfg_rows, cfg_mix(cond, uncond, layout.cfg_scale))
         return log_probs
 
     def _noise(self, log_probs: torch.Tensor | None, predicted: torch.Tensor, canvas: PackedCanvas,
