@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections import defaultdict
 
 import numpy as np
@@ -152,8 +153,6 @@ def profile_forward(backbone, canvas, iters: int = 5) -> dict:
 def profile_decode(codec, seconds: float = 10.0, iters: int = 5, seed: int = 0) -> dict:
     """One chunk of `seconds` decoded `iters` times: wall ms, and per decode the device's kernel
     time and launches (CUDA) and the top-level operators by host time, with their counts."""
-    import time
-
     from torch.profiler import ProfilerActivity, profile
 
     from bench.mixes import FRAME_RATE
@@ -162,12 +161,7 @@ def profile_decode(codec, seconds: float = 10.0, iters: int = 5, seed: int = 0) 
     gen = torch.Generator().manual_seed(seed)
     codebooks = codec.model.config.num_audio_codebook
     tokens = torch.randint(0, 1024, (codebooks, int(seconds * FRAME_RATE)), generator=gen).to(device)
-    for _ in range(3):
-        eager = codec.decode(tokens)  # returns host audio: each call ends synchronised
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        codec.decode(tokens)
-    wall_ms = (time.perf_counter() - t0) * 1e3 / iters  # on the default stream: always eager
+    eager, wall_ms = _decode_wall_ms(codec, tokens, iters)  # on the default stream: always eager
     graphs = _decode_graph_timing(codec, tokens, eager, iters) if getattr(codec, "graphs", None) else {}
     cuda = device.type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
@@ -194,19 +188,22 @@ def profile_decode(codec, seconds: float = 10.0, iters: int = 5, seed: int = 0) 
     }
 
 
+def _decode_wall_ms(codec, tokens, iters: int, warmup: int = 3) -> tuple[np.ndarray, float]:
+    """The last warm-up's audio and the mean wall ms of `iters` decodes after `warmup` (each
+    call returns host audio, so each ends synchronised)."""
+    for _ in range(warmup):
+        audio = codec.decode(tokens)
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        codec.decode(tokens)
+    return audio, (time.perf_counter() - t0) * 1e3 / iters
+
+
 def _decode_graph_timing(codec, tokens, eager, iters: int) -> dict:
     """The same decode on a side stream, as the finisher's workers run it: the first call is
     eager, the second captures its graph, later ones replay it."""
-    import time
-
-    side = torch.cuda.Stream(tokens.device)
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            replayed = codec.decode(tokens)
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            codec.decode(tokens)
-        graph_ms = (time.perf_counter() - t0) * 1e3 / iters
+    with torch.cuda.stream(torch.cuda.Stream(tokens.device)):
+        replayed, graph_ms = _decode_wall_ms(codec, tokens, iters)
     return {"graph_wall_ms": round(graph_ms, 3), "graph_equals_eager": bool(np.array_equal(replayed, eager))}
 
 
