@@ -17,6 +17,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 
 import numpy as np
 import torch
@@ -62,7 +63,7 @@ class Finisher:
                 rms: float | None, postprocess: bool | None) -> None:
         try:
             stream = self._streams.current()
-            with torch.cuda.stream(stream) if stream is not None else _nullcontext():
+            with torch.cuda.stream(stream) if stream is not None else nullcontext():
                 if ready is not None:
                     stream.wait_event(ready)
                 tokens_host = tokens.cpu().numpy()
@@ -96,11 +97,3 @@ def _timed(fn, *args) -> tuple[np.ndarray, float]:
     t0 = time.perf_counter()
     out = fn(*args)
     return out, (time.perf_counter() - t0) * 1e3
-
-
-class _nullcontext:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False

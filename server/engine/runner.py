@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -117,10 +118,8 @@ class StepRunner:
         from server.engine.fused_backbone import make_backbone
 
         device = model.audio_heads.weight.device
-        if device.type == "cuda":
-            with torch.cuda.device(device):  # kernels checked and graphs captured on this GPU
-                backbone = make_backbone(model, attention, quantize=quantize, graph_max_tokens=graph_max_tokens)
-        else:
+        # on CUDA, kernels checked and graphs captured on this GPU
+        with torch.cuda.device(device) if device.type == "cuda" else nullcontext():
             backbone = make_backbone(model, attention, quantize=quantize, graph_max_tokens=graph_max_tokens)
         sampler = Sampler(model.config.audio_mask_id, model.config.num_audio_codebook, device)
         return cls(backbone, sampler, device, max_packed_tokens)
