@@ -122,9 +122,9 @@ KNOBS: tuple[Knob, ...] = (
          why="text estimated longer than this is chunked (0: always); bounded so the plan's "
              "frame counts stay integers"),
     Knob("first_chunk_seconds", "float", None, 0.5, 60, nullable=True, unit="seconds",
-         why="fast start: the first chunk ends at the first sentence or clause boundary past "
-             "this much audio (null: off, the reference's chunking); below 0.5 s a chunk is a "
-             "word or two"),
+         why="fast start: the first chunk ends at a sentence or clause boundary about this "
+             "much audio into the text (null: off, the reference's chunking); below 0.5 s a "
+             "chunk is a word or two"),
 )
 BY_NAME: dict[str, Knob] = {knob.name: knob for knob in KNOBS}
 NAMES: tuple[str, ...] = tuple(BY_NAME)

@@ -1,5 +1,5 @@
-"""Fast start (`first_chunk_seconds`): the plan's first chunk ends at the first sentence or
-clause boundary past about that many seconds, the rest is chunked as usual, the default
+"""Fast start (`first_chunk_seconds`): the plan's first chunk ends at a sentence or clause
+boundary about that many seconds into the text, the rest is chunked as usual, the default
 plan is the reference's, and an engine run gives audio for every chunk with the later
 chunks' canvases built on chunk 0."""
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from server.engine import loop as engine_loop
-from server.engine.fast_start import CJK_MARKS, LATIN_MARKS, split_first_chunk
+from server.engine.fast_start import CJK_MARKS, EARLIEST, LATEST, LATIN_MARKS, split_first_chunk
 from server.engine.request import plan_request
 from server.engine.types import ChunkAudio, GenerationOptions, SynthesisRequest, VoicePrompt
 from tests.engine_helpers import GREEDY, Collector
@@ -34,20 +34,41 @@ def _seconds_per_char(model, text):
 
 @pytest.mark.parametrize("text", [EN, ZH], ids=["english", "chinese"])
 @pytest.mark.parametrize("asked", [1.0, 2.0, 4.0])
-def test_the_first_chunk_ends_at_the_first_boundary_past_the_asked_seconds(reference_model, text, asked):
+def test_the_first_chunk_ends_at_a_boundary_about_the_asked_seconds_in(reference_model, text, asked):
     plan = _plan(reference_model, text, first_chunk_seconds=asked)
     first = plan.chunks[0].text
     assert len(plan.chunks) >= 2 and plan.chained
     assert text.startswith(first) and first[-1] in LATIN_MARKS | CJK_MARKS, first
     per_char = _seconds_per_char(reference_model, text)
-    assert len(first) * per_char >= asked - per_char  # past about the asked seconds...
-    shorter = first[:-1]  # ...and no earlier boundary past them
-    boundaries = [i for i, ch in enumerate(shorter)
-                  if ch in CJK_MARKS or (ch in LATIN_MARKS and shorter[i + 1:i + 2] == " ")]
-    assert all((i + 1) * per_char < asked for i in boundaries)
+    cuts = [i + 1 for i, ch in enumerate(text[:-1])
+            if ch in CJK_MARKS or (ch in LATIN_MARKS and text[i + 1] == " ")]
+    past = [c for c in cuts if c * per_char >= asked - per_char]
+    if past and past[0] * per_char <= LATEST * asked + per_char:
+        assert len(first) == past[0]  # the first boundary past the asked seconds, when it is near
+    else:  # else the last one short of them (but past EARLIEST of them)
+        assert EARLIEST * asked - per_char <= len(first) * per_char < asked
     # the rest is the text after it, chunked as usual (short enough here to stay whole)
     assert "".join(c.text for c in plan.chunks[1:]).replace(" ", "") == text[len(first):].replace(" ", "")
     assert plan.chunks[0].target_len / FRAME_RATE < sum(c.target_len for c in plan.chunks[1:]) / FRAME_RATE
+
+
+SHORT_THEN_LONG = ("One two three four. Five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+                   "sixteen seventeen. End here.")
+
+
+@pytest.mark.parametrize(("asked", "first"), [
+    (18, "One two three four."),  # the first boundary past the asked length, near it
+    (22, "One two three four."),  # the next is past 1.5x: the one a little short of the asked length
+    (45, "One two three four. Five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+         "sixteen seventeen."),  # nothing from half the asked length on before it: far, but the first
+])
+def test_a_short_first_sentence_is_taken_when_the_next_boundary_is_far(asked, first):
+    assert split_first_chunk(SHORT_THEN_LONG, asked)[0] == first
+
+
+def test_a_boundary_short_of_the_asked_length_splits_a_text_with_none_past_it():
+    assert split_first_chunk("Well, that is that and nothing more", 8) == ("Well,", "that is that and nothing more")
+    assert split_first_chunk("Well, that is that and nothing more", 12) is None  # "Well," is under half
 
 
 def test_the_rest_is_chunked_by_the_usual_rule(reference_model):

@@ -1,8 +1,8 @@
 """Fast start: where a long text's short first chunk ends.
 
-With `first_chunk_seconds`, the first chunk ends at the first sentence or clause boundary
-past about that many seconds of audio, so the first sound of any text comes after one short
-chunk; the rest is chunked as usual. Pure text arithmetic, no model.
+With `first_chunk_seconds`, the first chunk ends at a sentence or clause boundary about that
+many seconds of audio into the text (`first_chunk_end` says which), so the first sound of any
+text comes after one short chunk; the rest is chunked as usual. Pure text arithmetic, no model.
 """
 
 from __future__ import annotations
@@ -14,12 +14,19 @@ CJK_MARKS = frozenset("。！？；：，、")
 CLOSERS = frozenset("\"')]}’”»」』）")
 
 
-def first_boundary_after(text: str, min_chars: int) -> int | None:
-    """The index just past the first sentence or clause boundary at or after `min_chars`
-    characters (closing quotes and brackets stay with their sentence), or None when there is
-    none before the end of the text."""
+# A boundary up to this many times the asked length is taken as "about" it; when the first
+# boundary past the asked length is later than that, the last one past `EARLIEST` of it (before
+# the asked length) is taken instead: a text whose first sentence is a little shorter than the
+# asked seconds should not wait for a long second sentence.
+LATEST = 1.5
+EARLIEST = 0.5
+
+
+def boundaries(text: str):
+    """Indices just past each sentence or clause boundary (closing quotes and brackets stay
+    with their sentence), except one at the text's own end: nothing would be left after it."""
     n = len(text)
-    for i in range(max(min_chars, 1) - 1, n - 1):
+    for i in range(n - 1):
         ch = text[i]
         if ch not in LATIN_MARKS and ch not in CJK_MARKS:
             continue
@@ -27,16 +34,34 @@ def first_boundary_after(text: str, min_chars: int) -> int | None:
         while end < n and text[end] in CLOSERS:
             end += 1
         if end >= n:
-            return None  # the text's own end: nothing would be left for later chunks
+            return
         if ch in CJK_MARKS or text[end].isspace():
+            yield end
+
+
+def first_chunk_end(text: str, asked_chars: int) -> int | None:
+    """Where a first chunk of about `asked_chars` characters ends: the first boundary at or
+    past them if it comes within `LATEST` times them; else the last boundary from `EARLIEST`
+    of them on, before them; else the first boundary past them however far; None when the
+    text has no boundary past `EARLIEST` of them."""
+    asked = max(asked_chars, 1)
+    earlier = None
+    for end in boundaries(text):
+        if end < EARLIEST * asked:
+            continue
+        if end < asked:
+            earlier = end
+        elif end <= LATEST * asked or earlier is None:
             return end
-    return None
+        else:
+            return earlier
+    return earlier
 
 
-def split_first_chunk(text: str, min_chars: int) -> tuple[str, str] | None:
-    """(first chunk, the rest) split at `first_boundary_after`, or None (no boundary, or
+def split_first_chunk(text: str, asked_chars: int) -> tuple[str, str] | None:
+    """(first chunk, the rest) split at `first_chunk_end`, or None (no boundary, or
     nothing but spaces after it)."""
-    cut = first_boundary_after(text, min_chars)
+    cut = first_chunk_end(text, asked_chars)
     if cut is None:
         return None
     first, rest = text[:cut].strip(), text[cut:].strip()
