@@ -10,6 +10,9 @@ of a length on a thread runs eagerly (it also builds cuDNN's plans and Triton's 
 that shape), the second captures a graph, and every later one replays it, bit for bit the
 eager decode (the same kernels on the same inputs; checked on an H200). Under steady
 traffic nearly every length has been seen; `max_frames` and `max_graphs` bound the cache.
+Short lengths, those of fast start's first chunks and of a text stream's sentences, where a
+new length would otherwise cost its first audio ~5 ms of eager decode, are captured at
+start-up on every worker thread (`warm`, `WARM_FRAMES`).
 
 Each worker thread keeps its own graphs and memory pool and captures on its own stream
 (thread-local capture mode), so decodes on other threads and the step loop carry on; a
@@ -34,6 +37,9 @@ log = logging.getLogger(__name__)
 
 MAX_FRAMES = 1500  # 60 s at 25 frames/s: longer chunks decode eagerly
 MAX_GRAPHS = 512  # per worker thread
+# Lengths captured at start-up: 0.5 to 4 s at 25 frames/s (the short chunks whose first
+# audio a listener waits for); on an H200 about 2 s of start-up for two worker threads.
+WARM_FRAMES = range(12, 101)
 
 
 def wanted(device: torch.device) -> bool:
@@ -101,6 +107,22 @@ class DecodeGraphs:
         captured.graph.replay()
         self._count("replays")
         return captured.audio
+
+    def warm(self, frame_counts, num_codebooks: int, device: torch.device) -> int:
+        """On the calling thread (on its own stream): decode each length twice, so it is
+        captured and later decodes of it replay; returns how many lengths replay here now."""
+        mine = self._mine()
+        with torch.inference_mode():  # as `Codec.decode` runs
+            for frames in frame_counts:
+                if frames > self.max_frames or len(mine.graphs) >= self.max_graphs:
+                    break
+                codes = torch.zeros((1, num_codebooks, frames), dtype=torch.long, device=device)
+                for _ in range(2):  # eager (builds plans and kernels), then captured
+                    if frames in mine.graphs or frames in mine.failed:
+                        break
+                    self.decode(codes)
+        torch.cuda.current_stream(device).synchronize()
+        return len(mine.graphs)
 
     def _eager(self, codes: torch.Tensor) -> torch.Tensor:
         self._count("eager")

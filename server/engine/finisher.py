@@ -13,6 +13,7 @@ all request bookkeeping stays on the engine thread.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -24,6 +25,7 @@ import torch
 
 from server.engine.codec import Codec, join_and_post_process, post_process
 from server.engine.commands import ChunkDecoded, Command, FinishFailed, WholeReady
+from server.engine.decode_graphs import WARM_FRAMES
 from server.engine.request import RequestState
 from server.engine.worker_streams import WorkerStreams, decode_priority
 
@@ -33,6 +35,7 @@ log = logging.getLogger("chorus.engine")
 class Finisher:
     def __init__(self, codec: Codec, device: torch.device, deliver: Callable[[Command], None], workers: int = 2):
         self.codec = codec
+        self.workers = workers
         self.device = device
         self.deliver = deliver
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="chorus-finish")
@@ -50,6 +53,33 @@ class Finisher:
         self.post_ms.append(ms)
         self.post_jobs += 1
         return audio
+
+    def warm_decodes(self, num_codebooks: int, frame_counts=WARM_FRAMES) -> list[int]:
+        """Capture the decode graphs of these lengths on every worker thread (each thread
+        replays only its own), so a short chunk's first audio never waits for an eager
+        decode; blocks until done and returns each thread's graph count (none off CUDA)."""
+        graphs = self.codec.graphs
+        if graphs is None:
+            return []
+        t0 = time.perf_counter()
+        workers = self.workers
+        barrier = threading.Barrier(workers)  # one job per thread: each waits for the others
+
+        def warm() -> int:
+            barrier.wait(timeout=60)
+            stream = self._streams.current()
+            with torch.cuda.stream(stream) if stream is not None else nullcontext():
+                return graphs.warm(frame_counts, num_codebooks, self.device)
+
+        try:
+            counts = [future.result() for future in [self._pool.submit(warm) for _ in range(workers)]]
+        except Exception:  # lengths are then captured as traffic brings them
+            log.warning("capturing decode graphs at start failed; they are captured as lengths recur",
+                        exc_info=True)
+            return []
+        log.info("decode graphs for %d-%d frames captured on %d worker threads in %.1f s (%s graphs)",
+                 frame_counts[0], frame_counts[-1], workers, time.perf_counter() - t0, counts)
+        return counts
 
     def decode(self, state: RequestState, index: int, tokens: torch.Tensor, ready: torch.cuda.Event | None,
                rms: float | None, postprocess: bool | None) -> None:
