@@ -1,5 +1,7 @@
-"""Codec decodes as CUDA graphs: off the GPU the codec decodes as before; on a GPU the
-replayed graph gives the eager decode's very samples, from a worker thread's stream."""
+"""Codec decodes as CUDA graphs, one per bucket of lengths: off the GPU the codec decodes as
+before; a clip decoded at its bucket's length with every convolution's input cut at its end
+gives the exact-length decode's samples (up to float rounding, where plain padding changes
+them); the policy (eager, capture, replay, start-up warming on every worker thread) holds."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import threading
 import numpy as np
 import pytest
 import torch
+from torch import nn
 
 from server.engine import decode_graphs
 from server.engine.codec import Codec
@@ -20,6 +23,15 @@ def test_wanted_on_cuda_only_and_switchable(monkeypatch):
     assert not decode_graphs.wanted(torch.device("cuda"))
 
 
+def test_buckets_cover_every_length_up_to_the_limit_with_little_padding():
+    buckets = decode_graphs.BUCKETS
+    assert buckets[-1] == decode_graphs.MAX_FRAMES and list(buckets) == sorted(set(buckets))
+    for frames in range(1, decode_graphs.MAX_FRAMES + 1):
+        bucket = decode_graphs.bucket_for(frames)
+        assert frames <= bucket <= max(frames + 3, frames * 1.16 + 8), frames
+    assert decode_graphs.bucket_for(decode_graphs.MAX_FRAMES + 1) is None
+
+
 def test_cpu_codec_decodes_eagerly(model):
     codec = Codec(model)
     assert codec.graphs is None
@@ -29,53 +41,58 @@ def test_cpu_codec_decodes_eagerly(model):
     assert np.array_equal(codec.decode(tokens), want)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_graph_replay_is_the_eager_decode(tiny_checkpoint):
-    from server.checkpoint import load_omnivoice
-
-    model = load_omnivoice(str(tiny_checkpoint), "cuda", "float32")
-    codec = Codec(model)
-    assert codec.graphs is not None
-    gen = torch.Generator().manual_seed(2)
-    clips = [torch.randint(0, 1024, (model.config.num_audio_codebook, t), generator=gen).cuda() for t in (7, 40)]
-    eager = [codec.decode(c) for c in clips]  # the default stream: always eager
-    got: dict[int, list[np.ndarray]] = {}
-
-    def worker():
-        with torch.cuda.stream(torch.cuda.Stream()):
-            for i, clip in enumerate(clips * 3):  # eager, capture + replay, replay
-                got.setdefault(i % len(clips), []).append(codec.decode(clip))
-
-    thread = threading.Thread(target=worker)
-    thread.start()
-    thread.join()
-    for i, outs in got.items():
-        assert all(np.array_equal(out, eager[i]) for out in outs)
-    assert codec.graphs.stats.captures == 2 and codec.graphs.stats.replays == 4
+@pytest.mark.parametrize("frames", [1, 3, 13, 49, 101])
+def test_a_masked_bucket_decode_is_the_exact_length_decode(model, frames):
+    tokenizer = model.audio_tokenizer
+    graphs = decode_graphs.DecodeGraphs(lambda c: tokenizer.decode(c).audio_values, tokenizer.acoustic_decoder)
+    try:
+        codes = torch.randint(0, 1024, (1, model.config.num_audio_codebook, frames),
+                              generator=torch.Generator().manual_seed(frames))
+        bucket = decode_graphs.bucket_for(frames)
+        with torch.inference_mode():
+            exact = tokenizer.decode(codes).audio_values
+            masked = graphs._masked(codes, bucket)
+            padded = torch.zeros(codes.shape[:-1] + (bucket,), dtype=codes.dtype)
+            padded[..., :frames] = codes
+            unmasked = tokenizer.decode(padded).audio_values[..., : exact.shape[-1]]
+        assert masked.shape == exact.shape
+        assert float((masked - exact).abs().max()) < 1e-5 * float(exact.abs().max()) + 1e-6
+        if bucket > frames:  # what the mask is for: plain padding changes the clip's last samples
+            assert float((unmasked - exact).abs().max()) > 1e-3
+    finally:
+        for handle in graphs.mask.handles:
+            handle.remove()
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_warmed_lengths_replay_the_eager_decode(tiny_checkpoint):
+def test_warmed_buckets_replay_the_masked_decode(tiny_checkpoint):
     from server.checkpoint import load_omnivoice
     from server.engine.finisher import Finisher
 
     model = load_omnivoice(str(tiny_checkpoint), "cuda", "float32")
     codec = Codec(model)
-    finisher = Finisher(codec, torch.device("cuda"), lambda command: None)
+    assert codec.graphs is not None
+    finisher = Finisher(codec, model.audio_heads.weight.device, lambda command: None)
     try:
-        assert finisher.warm_decodes(model.config.num_audio_codebook, range(20, 23)) == [3, 3]
-        clip = torch.randint(0, 1024, (model.config.num_audio_codebook, 21),
-                             generator=torch.Generator().manual_seed(3)).cuda()
-        eager = codec.decode(clip)  # the default stream: always eager
+        assert finisher.warm_decodes(model.config.num_audio_codebook, (16, 56)) == [2, 2]
+        gen = torch.Generator().manual_seed(3)
+        clips = [torch.randint(0, 1024, (model.config.num_audio_codebook, t), generator=gen).cuda()
+                 for t in (7, 13, 16, 50)]
+        exact = [codec.decode(c) for c in clips]  # the default stream: always eager, at its length
+        with torch.inference_mode():
+            masked = [codec.graphs._masked(c.unsqueeze(0), decode_graphs.bucket_for(c.shape[-1]))[0].float()
+                      .cpu().numpy() for c in clips]
         replays = codec.graphs.stats.replays
 
-        def decode():
+        def decode(clip):
             with torch.cuda.stream(finisher._streams.current()):
                 return codec.decode(clip)
 
-        outs = [finisher._pool.submit(decode).result() for _ in range(4)]
-        assert all(np.array_equal(out, eager) for out in outs)
-        assert codec.graphs.stats.replays == replays + 4
+        outs = [finisher._pool.submit(decode, clip).result() for clip in clips * 2]
+        for out, want, close in zip(outs, masked * 2, exact * 2):
+            assert np.array_equal(out, want)  # a replay is its bucket's masked decode, bit for bit
+            assert np.abs(out - close).max() < 1e-4  # and the exact-length one up to rounding
+        assert codec.graphs.stats.replays == replays + 8
     finally:
         finisher.shutdown()
 
@@ -100,99 +117,99 @@ class _FakeGraph:
         self.recorded()
 
 
-def test_the_policy_eager_then_capture_then_replay(monkeypatch):
-    """First sight of a length eager, second captured, then replayed (reading the new
-    codes); a capture that fails leaves its length eager for good; the legacy default
-    stream and over-long clips are never captured; the graph count is capped."""
-    side, default = object(), object()
-    stream = {"now": side}
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: stream["now"])
-    monkeypatch.setattr(torch.cuda, "default_stream", lambda device=None: default)
-    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: ("pool",))
-    monkeypatch.setattr(torch.cuda, "CUDAGraph", _FakeGraph)
-
-    def decode_fn(codes):
-        out = codes.float() * 2
-        graph = _FakeGraph.capturing
-        if graph is not None:
-            if codes.shape[-1] == 13:
-                raise RuntimeError("not capturable")
-            graph.recorded = lambda: out.copy_(codes.float() * 2)  # codes: the static input
-        return out
-
-    graphs = decode_graphs.DecodeGraphs(decode_fn, max_frames=50, max_graphs=2)
-
-    def clip(frames, fill):
-        return torch.full((1, 4, frames), fill, dtype=torch.long)
-
-    for fill in (1, 2, 3):  # length 7: eager, capture + replay, replay
-        assert torch.equal(graphs.decode(clip(7, fill)), clip(7, fill).float() * 2)
-    stats = graphs.stats
-    assert (stats.eager, stats.captures, stats.replays) == (1, 1, 2)
-
-    for fill in (1, 2, 3):  # length 13 cannot be captured: eager every time after the failure
-        assert torch.equal(graphs.decode(clip(13, fill)), clip(13, fill).float() * 2)
-    assert stats.failures == 1 and stats.captures == 1 and _FakeGraph.capturing is None
-
-    for _ in range(3):  # over max_frames: never captured
-        graphs.decode(clip(60, 1))
-    stream["now"] = default
-    for _ in range(3):  # the legacy default stream: never captured
-        graphs.decode(clip(9, 1))
-    stream["now"] = side
-    for frames in (20, 20, 30, 30, 30):  # 20 fills the cap of 2 graphs; 30 stays eager
-        graphs.decode(clip(frames, 1))
-    assert stats.captures == 2 and stats.replays == 3
-
-
 class _FakeStream:
     def synchronize(self):
         pass
 
 
-def test_start_up_warming_captures_short_lengths_on_every_worker_thread(monkeypatch):
-    """`Finisher.warm_decodes` captures each length on each of its threads (a thread replays
-    only its own graphs), so a later decode of a warmed length replays wherever it runs; a
-    length that cannot be captured stays eager, and the others are still warmed."""
-    from server.engine.finisher import Finisher
-
+def _fake_cuda(monkeypatch):
     side, default = _FakeStream(), _FakeStream()
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: side)
+    stream = {"now": side}
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: stream["now"])
     monkeypatch.setattr(torch.cuda, "default_stream", lambda device=None: default)
     monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: ("pool",))
     monkeypatch.setattr(torch.cuda, "CUDAGraph", _FakeGraph)
-    # _FakeGraph.capturing is one global: a capture holds this lock from begin to end, and an
-    # eager decode on the other thread waits for it instead of recording into that graph
-    lock = threading.RLock()
+    return stream, side, default
+
+
+def _fake_decode(uncapturable: int, lock=None):
+    """Doubles the codes (one value per frame); refuses capture at the `uncapturable` bucket."""
+    lock = lock or threading.RLock()
 
     def decode_fn(codes):
         with lock:
             out = codes.float() * 2
             graph = _FakeGraph.capturing
             if graph is not None:
-                if codes.shape[-1] == 13:
+                if codes.shape[-1] == uncapturable:
                     raise RuntimeError("not capturable")
-                graph.recorded = lambda: out.copy_(codes.float() * 2)
+                graph.recorded = lambda: out.copy_(codes.float() * 2)  # codes: the static input
             return out
 
+    return decode_fn
+
+
+def test_the_policy_eager_then_capture_then_replay(monkeypatch):
+    """First sight of a bucket eager, second captured, then replayed for any length in it
+    (reading the new codes); a bucket that cannot be captured stays eager for good; the
+    legacy default stream and over-long clips decode eagerly at their own length."""
+    stream, _side, default = _fake_cuda(monkeypatch)
+    graphs = decode_graphs.DecodeGraphs(_fake_decode(uncapturable=16), nn.Sequential(), buckets=(8, 16, 24))
+
+    def clip(frames, fill):
+        return torch.full((1, 4, frames), fill, dtype=torch.long)
+
+    def check(frames, fill):
+        got = graphs.decode(clip(frames, fill))
+        assert torch.equal(got, clip(frames, fill).float() * 2), (frames, fill)
+
+    for frames, fill in ((7, 1), (5, 2), (8, 3), (6, 4)):  # bucket 8: eager, capture + replay, replays
+        check(frames, fill)
+    stats = graphs.stats
+    assert (stats.eager, stats.captures, stats.replays) == (1, 1, 3)
+
+    for fill in (1, 2, 3):  # bucket 16 cannot be captured: eager every time after the failure
+        check(13, fill)
+    assert stats.failures == 1 and stats.captures == 1 and _FakeGraph.capturing is None
+
+    eager = stats.eager
+    for _ in range(3):  # past the last bucket: never captured
+        check(30, 1)
+    stream["now"] = default
+    for _ in range(3):  # the legacy default stream: never captured
+        check(7, 1)
+    assert stats.eager == eager + 6 and stats.captures == 1
+
+
+def test_start_up_warming_captures_every_bucket_on_every_worker_thread(monkeypatch):
+    """`Finisher.warm_decodes` captures each bucket on each of its threads (a thread replays
+    only its own graphs), so a later decode of any length replays wherever it runs; a bucket
+    that cannot be captured stays eager, and the others are still warmed."""
+    from server.engine.finisher import Finisher
+
+    _fake_cuda(monkeypatch)
+    # _FakeGraph.capturing is one global: a capture holds this lock from begin to end, and an
+    # eager decode on the other thread waits for it instead of recording into that graph
+    lock = threading.RLock()
+
     class FakeCodec:
-        graphs = decode_graphs.DecodeGraphs(decode_fn)
+        graphs = decode_graphs.DecodeGraphs(_fake_decode(uncapturable=16, lock=lock), nn.Sequential(),
+                                            buckets=(8, 16, 24, 32))
 
     original_capture = decode_graphs.DecodeGraphs._capture
 
-    def serial_capture(self, mine, codes):
+    def serial_capture(self, mine, codes, bucket):
         with lock:
-            return original_capture(self, mine, codes)
+            return original_capture(self, mine, codes, bucket)
 
     monkeypatch.setattr(decode_graphs.DecodeGraphs, "_capture", serial_capture)
     finisher = Finisher(FakeCodec(), torch.device("cpu"), lambda command: None, workers=2)
     try:
-        counts = finisher.warm_decodes(4, frame_counts=range(10, 16))
+        assert finisher.warm_decodes(4) == [3, 3]  # 8, 24 and 32, not 16, on both threads
         stats = FakeCodec.graphs.stats
-        assert counts == [5, 5]  # 10..15 but 13 on both threads
-        assert stats.captures == 10 and stats.failures == 2 and stats.replays == 10  # a capture replays once
+        assert stats.captures == 6 and stats.failures == 2 and stats.replays == 6  # a capture replays once
         eager_before = stats.eager
-        clips = [torch.full((1, 4, frames), 3, dtype=torch.long) for frames in (10, 12, 15, 13)]
+        clips = [torch.full((1, 4, frames), 3, dtype=torch.long) for frames in (1, 8, 23, 31, 13)]
 
         def decode(clip):  # as `Codec.decode` runs it
             with torch.inference_mode():
@@ -200,7 +217,7 @@ def test_start_up_warming_captures_short_lengths_on_every_worker_thread(monkeypa
 
         outs = [finisher._pool.submit(decode, clip).result() for clip in clips * 2]
         assert all(torch.equal(out, clip.float() * 2) for out, clip in zip(outs, clips * 2))
-        assert stats.replays == 16 and stats.eager == eager_before + 2  # 13 stays eager
+        assert stats.replays == 6 + 8 and stats.eager == eager_before + 2  # 13 (bucket 16) stays eager
     finally:
         finisher.shutdown()
 

@@ -5,8 +5,8 @@ padding, and a padded convolutional decode changes the samples near each clip's 
 seeded request would no longer sound the same alone and in a crowd.
 
 On CUDA each of the codec's Snake activations is one Triton launch (`snake`, checked against
-the torch arithmetic at start), and a length decoded before replays as a CUDA graph
-(`decode_graphs`), as the decode is bound by the host's launches.
+the torch arithmetic at start), and a clip decodes by replaying its length bucket's CUDA graph
+(`decode_graphs`), as the decode is bound by the host's launches and by cuDNN's planning.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ class Codec:
 
             self.fused_snakes = snake.install(tokenizer)
             if decode_graphs.wanted(device):
-                self.graphs = DecodeGraphs(self._decode_codes)
+                self.graphs = DecodeGraphs(self._decode_codes, tokenizer.acoustic_decoder)
 
     def _decode_codes(self, codes: torch.Tensor) -> torch.Tensor:
         return self.model.audio_tokenizer.decode(codes).audio_values

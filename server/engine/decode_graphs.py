@@ -1,45 +1,62 @@
-"""Codec decodes replayed as CUDA graphs, one per frame count (CUDA only).
+"""Codec decodes replayed as CUDA graphs, one per bucket of lengths (CUDA only).
 
 A chunk's decode is ~370 host operators (Python modules, 32 cuDNN convolutions) for about
-2.7 ms of GPU work at 10 s: on an H200 it takes ~7 ms of wall time, bound by the host, and a
-request's first audio waits for it. Replayed as a graph the host part all but goes.
+2.7 ms of GPU work at 10 s: bound by the host, ~7-10 ms of wall time on an H200. And the
+first decode of a length it has not seen costs 50-90 ms more: cuDNN builds an execution plan
+for every convolution of every new input shape, per thread. Under real traffic nearly every
+request is a length not seen before, so its first audio waited for that.
 
-Padding clips to a few sizes would change the samples near each clip's end (the decoder's
-convolutions see past it), so graphs are keyed by the exact frame count: the first decode
-of a length on a thread runs eagerly (it also builds cuDNN's plans and Triton's kernels for
-that shape), the second captures a graph, and every later one replays it, bit for bit the
-eager decode (the same kernels on the same inputs; checked on an H200). Under steady
-traffic nearly every length has been seen; `max_frames` and `max_graphs` bound the cache.
-Short lengths, those of fast start's first chunks and of a text stream's sentences, where a
-new length would otherwise cost its first audio ~5 ms of eager decode, are captured at
-start-up on every worker thread (`warm`, `WARM_FRAMES`).
+So a clip decodes at its bucket's length (`BUCKETS`: every 4 frames up to 48, then about 8%
+apart, up to `MAX_FRAMES`), with every convolution's input zeroed past the clip's own end:
+each convolution then reads exactly what it reads at the clip's own length (its zero padding
+there, zeros here) and the samples of the clip are the exact-length decode's up to float
+rounding (cuDNN may sum in another order for another shape). The clip's end never changes
+with its neighbours', as padding with other data would. Zeroing is a forward pre-hook on the
+decoder's convolutions, driven by a device tensor that holds the clip's length, so one
+graph per bucket replays any length in it: `warm` captures every bucket on every worker
+thread at start-up, and no request pays for a plan or a capture again.
 
 Each worker thread keeps its own graphs and memory pool and captures on its own stream
 (thread-local capture mode), so decodes on other threads and the step loop carry on; a
 thread's graphs share one pool, safe because they replay one at a time on that thread and
-each output is copied out before the next replay. A decode that cannot be captured stays
-eager for that length, logged once.
+each output is copied out before the next replay. A bucket that cannot be captured decodes
+eagerly (masked), logged once; longer clips and the legacy default stream decode eagerly at
+their own length.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
+from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
+from torch import nn
 
 from server.engine.gc_pause import gc_paused
 
 log = logging.getLogger(__name__)
 
-MAX_FRAMES = 1500  # 60 s at 25 frames/s: longer chunks decode eagerly
-MAX_GRAPHS = 512  # per worker thread
-# Lengths captured at start-up: 0.5 to 4 s at 25 frames/s (the short chunks whose first
-# audio a listener waits for); on an H200 about 2 s of start-up for two worker threads.
-WARM_FRAMES = range(12, 101)
+MAX_FRAMES = 800  # 32 s at 25 frames/s: chunks are ~15 s, unchunked texts up to 30 s
+
+
+def _buckets(max_frames: int) -> tuple[int, ...]:
+    out = list(range(4, 49, 4))
+    while out[-1] < max_frames:
+        out.append(min(max_frames, 8 * math.ceil(out[-1] * 1.08 / 8)))
+    return tuple(out)
+
+
+BUCKETS = _buckets(MAX_FRAMES)
+
+
+def bucket_for(frames: int, buckets: tuple[int, ...] = BUCKETS) -> int | None:
+    i = bisect_left(buckets, frames)
+    return buckets[i] if i < len(buckets) else None
 
 
 def wanted(device: torch.device) -> bool:
@@ -47,10 +64,53 @@ def wanted(device: torch.device) -> bool:
     return device.type == "cuda" and os.environ.get("CHORUS_DECODE_GRAPHS", "") != "0"
 
 
+class LengthMask:
+    """Forward pre-hooks that zero every convolution's input of `decoder` past the clip's end
+    while a masked decode runs on this thread (`active`); a no-op otherwise. A convolution
+    whose input is k times the bucket's frames keeps its first k x length positions."""
+
+    def __init__(self, decoder: nn.Module):
+        # per thread: the clip being decoded, and position indices made on that thread's stream
+        self._local = threading.local()
+        self.handles = [m.register_forward_pre_hook(self._hook) for m in decoder.modules()
+                        if isinstance(m, (nn.Conv1d, nn.ConvTranspose1d))]
+
+    def active(self, bucket: int, length: torch.Tensor):
+        return _Active(self._local, bucket, length)
+
+    def _hook(self, module, args):
+        state = getattr(self._local, "state", None)
+        if state is None:
+            return None
+        bucket, length = state
+        x = args[0]
+        n = x.shape[-1]
+        cache = self._local.__dict__.setdefault("positions", {})
+        positions = cache.get((n, x.device))
+        if positions is None:  # the first (eager) decode of a bucket, never inside a capture
+            positions = cache[(n, x.device)] = torch.arange(n, device=x.device)
+        keep = positions < length * (n // bucket)
+        return (x * keep.to(x.dtype),) + tuple(args[1:])
+
+
+@dataclass
+class _Active:
+    local: threading.local
+    bucket: int
+    length: torch.Tensor
+
+    def __enter__(self):
+        self.local.state = (self.bucket, self.length)
+
+    def __exit__(self, *exc):
+        self.local.state = None
+
+
 @dataclass
 class _Captured:
-    codes: torch.Tensor  # static input (1, C, T), outside the pool
-    audio: torch.Tensor  # output (1, channels, samples), inside the pool
+    codes: torch.Tensor  # static input (1, C, bucket), outside the pool
+    length: torch.Tensor  # static: the clip's frames
+    audio: torch.Tensor  # output (1, channels, bucket x samples per frame), inside the pool
     graph: torch.cuda.CUDAGraph
 
 
@@ -71,14 +131,15 @@ class DecodeGraphStats:
 
 
 class DecodeGraphs:
-    """`decode(codes)` for (1, C, T) codes on the device: `decode_fn(codes)` eagerly, or its
-    graph for T replayed (the returned tensor is valid until this thread's next decode)."""
+    """`decode(codes)` for (1, C, T) codes on the device: `decode_fn(codes)` at T eagerly, or
+    the graph of T's bucket replayed (the returned tensor is valid until this thread's next
+    decode). `decoder` is the module whose convolutions are masked."""
 
-    def __init__(self, decode_fn: Callable[[torch.Tensor], torch.Tensor], max_frames: int = MAX_FRAMES,
-                 max_graphs: int = MAX_GRAPHS):
+    def __init__(self, decode_fn: Callable[[torch.Tensor], torch.Tensor], decoder: nn.Module,
+                 buckets: tuple[int, ...] = BUCKETS):
         self.decode_fn = decode_fn
-        self.max_frames = max_frames
-        self.max_graphs = max_graphs
+        self.mask = LengthMask(decoder)
+        self.buckets = buckets
         self.stats = DecodeGraphStats()
         self._local = threading.local()
         self._lock = threading.Lock()  # stats only
@@ -91,66 +152,75 @@ class DecodeGraphs:
 
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
         frames = codes.shape[-1]
+        bucket = bucket_for(frames, self.buckets)
         stream = torch.cuda.current_stream(codes.device)
-        if stream == torch.cuda.default_stream(codes.device) or frames > self.max_frames:
-            return self._eager(codes)  # no capture on the legacy default stream
+        if stream == torch.cuda.default_stream(codes.device) or bucket is None:
+            self._count("eager")
+            return self.decode_fn(codes)  # no capture on the legacy default stream
         mine = self._mine()
-        captured = mine.graphs.get(frames)
+        captured = mine.graphs.get(bucket)
         if captured is None:
-            if frames not in mine.seen or frames in mine.failed or len(mine.graphs) >= self.max_graphs:
-                mine.seen.add(frames)
-                return self._eager(codes)
-            captured = self._capture(mine, codes)
+            if bucket not in mine.seen or bucket in mine.failed:
+                mine.seen.add(bucket)  # the first run builds cuDNN's plans: capture on the next
+                self._count("eager")
+                return self._masked(codes, bucket)
+            captured = self._capture(mine, codes, bucket)
             if captured is None:
-                return self._eager(codes)
-        captured.codes.copy_(codes)
+                self._count("eager")
+                return self._masked(codes, bucket)
+        captured.codes[..., :frames].copy_(codes)
+        captured.length.fill_(frames)
         captured.graph.replay()
         self._count("replays")
-        return captured.audio
+        return captured.audio[..., : frames * (captured.audio.shape[-1] // bucket)]
 
-    def warm(self, frame_counts, num_codebooks: int, device: torch.device) -> int:
-        """On the calling thread (on its own stream): decode each length twice, so it is
-        captured and later decodes of it replay; returns how many lengths replay here now."""
-        mine = self._mine()
-        with torch.inference_mode():  # as `Codec.decode` runs
-            for frames in frame_counts:
-                if frames > self.max_frames or len(mine.graphs) >= self.max_graphs:
-                    break
-                codes = torch.zeros((1, num_codebooks, frames), dtype=torch.long, device=device)
-                for _ in range(2):  # eager (builds plans and kernels), then captured
-                    if frames in mine.graphs or frames in mine.failed:
-                        break
-                    self.decode(codes)
-        torch.cuda.current_stream(device).synchronize()
-        return len(mine.graphs)
-
-    def _eager(self, codes: torch.Tensor) -> torch.Tensor:
-        self._count("eager")
-        return self.decode_fn(codes)
-
-    def _capture(self, mine: _ThreadGraphs, codes: torch.Tensor) -> _Captured | None:
+    def _masked(self, codes: torch.Tensor, bucket: int) -> torch.Tensor:
+        """`decode_fn` at the bucket's length, every convolution's input cut at the clip's end."""
         frames = codes.shape[-1]
-        static = codes.clone()  # an ordinary allocation: no graph ever writes over it
+        padded = torch.zeros(codes.shape[:-1] + (bucket,), dtype=codes.dtype, device=codes.device)
+        padded[..., :frames] = codes
+        length = torch.full((), frames, dtype=torch.long, device=codes.device)
+        with self.mask.active(bucket, length):
+            audio = self.decode_fn(padded)
+        return audio[..., : frames * (audio.shape[-1] // bucket)]
+
+    def _capture(self, mine: _ThreadGraphs, codes: torch.Tensor, bucket: int) -> _Captured | None:
+        static = torch.zeros(codes.shape[:-1] + (bucket,), dtype=codes.dtype, device=codes.device)
+        length = torch.full((), bucket, dtype=torch.long, device=codes.device)
         graph = torch.cuda.CUDAGraph()
         try:
             # capture_begin/end, not torch.cuda.graph(): that synchronizes the whole device and
             # empties the allocator's cache first, which would stall the step loop
-            with gc_paused():
+            with gc_paused(), self.mask.active(bucket, length):
                 graph.capture_begin(pool=mine.pool, capture_error_mode="thread_local")
                 try:
                     audio = self.decode_fn(static)
                 finally:
                     graph.capture_end()
-        except Exception as exc:  # noqa: BLE001 - this length stays eager
-            mine.failed.add(frames)
+        except Exception as exc:  # noqa: BLE001 - this bucket stays eager
+            mine.failed.add(bucket)
             self._count("failures")
             log.warning("decode of %d frames could not be captured as a CUDA graph (%s); decoding it eagerly",
-                        frames, exc)
+                        bucket, exc)
             return None
-        captured = _Captured(static, audio, graph)
-        mine.graphs[frames] = captured
+        captured = _Captured(static, length, audio, graph)
+        mine.graphs[bucket] = captured
         self._count("captures")
         return captured
+
+    def warm(self, num_codebooks: int, device: torch.device, buckets: tuple[int, ...] | None = None) -> int:
+        """On the calling thread (on its own stream): decode at each bucket twice, so its plans
+        are built and its graph captured; returns how many buckets replay here now."""
+        mine = self._mine()
+        with torch.inference_mode():  # as `Codec.decode` runs
+            for bucket in buckets or self.buckets:
+                codes = torch.zeros((1, num_codebooks, bucket), dtype=torch.long, device=device)
+                for _ in range(2):
+                    if bucket in mine.graphs or bucket in mine.failed:
+                        break
+                    self.decode(codes)
+        torch.cuda.current_stream(device).synchronize()
+        return len(mine.graphs)
 
     def _count(self, name: str) -> None:
         with self._lock:

@@ -25,7 +25,6 @@ import torch
 
 from server.engine.codec import Codec, join_and_post_process, post_process
 from server.engine.commands import ChunkDecoded, Command, FinishFailed, WholeReady
-from server.engine.decode_graphs import WARM_FRAMES
 from server.engine.request import RequestState
 from server.engine.worker_streams import WorkerStreams, decode_priority
 
@@ -54,31 +53,30 @@ class Finisher:
         self.post_jobs += 1
         return audio
 
-    def warm_decodes(self, num_codebooks: int, frame_counts=WARM_FRAMES) -> list[int]:
-        """Capture the decode graphs of these lengths on every worker thread (each thread
-        replays only its own), so a short chunk's first audio never waits for an eager
-        decode; blocks until done and returns each thread's graph count (none off CUDA)."""
+    def warm_decodes(self, num_codebooks: int, buckets: tuple[int, ...] | None = None) -> list[int]:
+        """Capture the decode graph of every length bucket on every worker thread (each thread
+        replays only its own), so no request's first audio waits for cuDNN's planning or a
+        capture; blocks until done and returns each thread's graph count (none off CUDA)."""
         graphs = self.codec.graphs
         if graphs is None:
             return []
         t0 = time.perf_counter()
-        workers = self.workers
-        barrier = threading.Barrier(workers)  # one job per thread: each waits for the others
+        barrier = threading.Barrier(self.workers)  # one job per thread: each waits for the others
 
         def warm() -> int:
             barrier.wait(timeout=60)
             stream = self._streams.current()
             with torch.cuda.stream(stream) if stream is not None else nullcontext():
-                return graphs.warm(frame_counts, num_codebooks, self.device)
+                return graphs.warm(num_codebooks, self.device, buckets)
 
         try:
-            counts = [future.result() for future in [self._pool.submit(warm) for _ in range(workers)]]
-        except Exception:  # lengths are then captured as traffic brings them
-            log.warning("capturing decode graphs at start failed; they are captured as lengths recur",
+            counts = [future.result() for future in [self._pool.submit(warm) for _ in range(self.workers)]]
+        except Exception:  # buckets are then captured as traffic brings them
+            log.warning("capturing decode graphs at start failed; they are captured as lengths come",
                         exc_info=True)
             return []
-        log.info("decode graphs for %d-%d frames captured on %d worker threads in %.1f s (%s graphs)",
-                 frame_counts[0], frame_counts[-1], workers, time.perf_counter() - t0, counts)
+        log.info("decode graphs captured on %d worker threads in %.1f s (%s graphs)", self.workers,
+                 time.perf_counter() - t0, counts)
         return counts
 
     def decode(self, state: RequestState, index: int, tokens: torch.Tensor, ready: torch.cuda.Event | None,

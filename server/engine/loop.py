@@ -65,7 +65,7 @@ class EngineLoop:
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self.voice_encoder = VoiceEncoder(self.codec, self.device)
         self.finisher = Finisher(self.codec, self.device, self._commands.put)
-        self.finisher.warm_decodes(model.config.num_audio_codebook)  # CUDA: short chunks' decode graphs
+        self.finisher.warm_decodes(model.config.num_audio_codebook)  # CUDA: every length's decode graph
         self.sample_rate: int = model.sampling_rate
         self.step_log = StepLog()
         self._states: dict[str, RequestState] = {}
