@@ -238,6 +238,8 @@ def _server_scenarios(run: Run, ckpt: Path, specs, engine_throughput: dict | Non
     url = url.replace("http://", "ws://") + "/v1/stream"
     try:
         run.scenario("ws_single", ("server", "single_10s"), lambda: ws.run(ws.single(url)))
+        run.scenario("ws_single", ("server", "single_10s_fresh_lengths"),
+                     lambda: ws.run(ws.single(url, fresh_lengths=True)))
         run.scenario("ws_long", ("server", "long_60s"), lambda: ws.run(ws.long(url)))
         run.scenario("ws_long", ("server", "long_60s_fast_start"),
                      lambda: ws.run(ws.long(url, first_chunk_seconds=FAST_START_SECONDS)))

@@ -10,7 +10,8 @@ PEAK_TFLOPS_DENSE_HALF = 989.0  # H100/H200 SXM datasheet, dense bf16/fp16 (docs
 SUMMARY_KEYS = (
     "throughput_audio_s_per_s", "throughput_vs_reference", "single_10s_ms", "single_vs_reference",
     "long_first_audio_ms", "loaded_p95_10s_ms", "mfu_8k_tokens", "mfu_32k_tokens", "mixed_knobs_vs_plain",
-    "ws_single_10s_first_audio_ms", "ws_single_gap_ms", "ws_long_first_audio_ms",
+    "ws_single_10s_first_audio_ms", "ws_single_gap_ms", "ws_single_fresh_length_first_audio_ms",
+    "ws_long_first_audio_ms",
     "ws_long_fast_start_first_audio_ms", "ws_throughput_audio_s_per_s", "ws_loaded_p95_first_audio_ms",
     "fp8_throughput_audio_s_per_s", "fp8_token_agreement_vs_bf16", "fp8_logit_rel_error_vs_bf16",
     "gpu", "dtype", "commit",
@@ -108,6 +109,8 @@ def build_summary(result: dict) -> dict:
         "mixed_knobs_vs_plain": _ratio(mixed, thr),
         "ws_single_10s_first_audio_ms": _get(result, "server", "single_10s", "client_first_audio_ms", "median"),
         "ws_single_gap_ms": _get(result, "server", "single_10s", "gap_first_audio_ms", "median"),
+        "ws_single_fresh_length_first_audio_ms": _get(result, "server", "single_10s_fresh_lengths",
+                                                      "client_first_audio_ms", "median"),
         "ws_long_first_audio_ms": _get(result, "server", "long_60s", "client_first_audio_ms", "median"),
         "ws_long_fast_start_first_audio_ms": _get(result, "server", "long_60s_fast_start", "client_first_audio_ms",
                                                   "median"),

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 
 from bench.metrics import stats
-from bench.mixes import RequestSpec, long_paragraph, make_text, poisson_arrivals
+from bench.mixes import FRAME_RATE, RequestSpec, long_paragraph, make_text, poisson_arrivals
 from bench.server_steps import GRAPH_MAX_TOKENS, StepWatch
 
 MAX_FRAME = None  # audio frames of long requests are large; the client takes any size
@@ -113,14 +113,20 @@ def _outcomes(timings) -> dict[str, int]:
     return out
 
 
-async def single(url: str, seconds: float = 10.0, runs: int = 7, warmup: int = 2, seed: int = 0) -> dict:
-    """One 10 s line at a time (the engine-level `single` scenario's request)."""
+async def single(url: str, seconds: float = 10.0, runs: int = 7, warmup: int = 2, seed: int = 0,
+                 fresh_lengths: bool = False) -> dict:
+    """One 10 s line at a time (the engine-level `single` scenario's request). With
+    `fresh_lengths` every run is one frame longer than the last (`seconds` + 1/25 s per run),
+    so each is a length the server has not decoded before, as a new text's usually is."""
     text = make_text(random.Random(seed + 3), seconds)
     client = await Client.connect(url)
     rows = []
+    frames = int(seconds * FRAME_RATE)
     try:
         for i in range(warmup + runs):
-            await client.send(f"single{i}", text, options={"duration": seconds, "seed": i})
+            # k frames and half of one more: int(duration * 25) is exactly k
+            duration = (frames + i + 1.5) / FRAME_RATE if fresh_lengths else seconds
+            await client.send(f"single{i}", text, options={"duration": duration, "seed": i})
             t = await client.wait(f"single{i}")
             if i >= warmup and t.outcome == "done":
                 rows.append(t)
@@ -129,7 +135,7 @@ async def single(url: str, seconds: float = 10.0, runs: int = 7, warmup: int = 2
     first = [t.first_ms for t in rows]
     engine_first = [t.engine["first_audio_ms"] for t in rows]
     return {
-        "seconds": seconds, "runs": len(rows),
+        "seconds": seconds, "runs": len(rows), "fresh_lengths": fresh_lengths,
         "client_first_audio_ms": stats(first, 2), "client_done_ms": stats([t.total_ms for t in rows], 2),
         "engine_first_audio_ms": stats(engine_first, 2),
         "engine_total_ms": stats([t.engine["total_ms"] for t in rows], 2),

@@ -74,6 +74,7 @@ def test_summary_has_every_key_and_nulls_for_missing_scenarios():
         "reference": {"throughput_256": {"audio_s_per_s": 40.0}, "single_10s": {"ms": {"median": 800.0}}},
         "forward": {"mfu_8k_tokens": 0.5, "mfu_32k_tokens": 0.6},
         "server": {"single_10s": {"client_first_audio_ms": {"median": 55.0}, "gap_first_audio_ms": {"median": 2.0}},
+                   "single_10s_fresh_lengths": {"client_first_audio_ms": {"median": 57.0}},
                    "long_60s_fast_start": {"client_first_audio_ms": {"median": 40.0}},
                    "throughput_256": {"audio_s_per_s": 295.0}, "loaded": {"client_first_audio_ms": {"p95": 240.0}}},
     }
@@ -83,6 +84,7 @@ def test_summary_has_every_key_and_nulls_for_missing_scenarios():
     assert s["mixed_knobs_vs_plain"] == 0.9 and s["mfu_8k_tokens"] == 0.5 and s["gpu"] == "NVIDIA H200"
     assert s["mfu_32k_tokens"] == 0.6 and s["ws_single_10s_first_audio_ms"] == 55.0 and s["ws_single_gap_ms"] == 2.0
     assert s["ws_long_fast_start_first_audio_ms"] == 40.0 and s["ws_long_first_audio_ms"] is None
+    assert s["ws_single_fresh_length_first_audio_ms"] == 57.0
     assert s["ws_throughput_audio_s_per_s"] == 295.0 and s["ws_loaded_p95_first_audio_ms"] == 240.0
 
 
