@@ -18,7 +18,6 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import nullcontext
 
 import numpy as np
 import torch
@@ -26,7 +25,7 @@ import torch
 from server.engine.codec import Codec, join_and_post_process, post_process
 from server.engine.commands import ChunkDecoded, Command, FinishFailed, WholeReady
 from server.engine.request import RequestState
-from server.engine.worker_streams import WorkerStreams, decode_priority
+from server.engine.worker_streams import WorkerStreams, decode_priority, on
 
 log = logging.getLogger("chorus.engine")
 
@@ -65,8 +64,7 @@ class Finisher:
 
         def warm() -> int:
             barrier.wait(timeout=60)
-            stream = self._streams.current()
-            with torch.cuda.stream(stream) if stream is not None else nullcontext():
+            with on(self._streams.current()):
                 return graphs.warm(num_codebooks, self.device, buckets)
 
         try:
@@ -91,7 +89,7 @@ class Finisher:
                 rms: float | None, postprocess: bool | None) -> None:
         try:
             stream = self._streams.current()
-            with torch.cuda.stream(stream) if stream is not None else nullcontext():
+            with on(stream):
                 if ready is not None:
                     stream.wait_event(ready)
                 tokens_host = tokens.cpu().numpy()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+from contextlib import AbstractContextManager, nullcontext
 
 import torch
 
@@ -34,3 +35,8 @@ class WorkerStreams:
             torch.cuda.set_device(self.device)  # this worker thread's current GPU
             self._local.stream = torch.cuda.Stream(self.device, priority=self.priority)
         return self._local.stream
+
+
+def on(stream: torch.cuda.Stream | None) -> AbstractContextManager:
+    """`stream` made current for the block (nothing to do for None, off CUDA)."""
+    return torch.cuda.stream(stream) if stream is not None else nullcontext()
