@@ -160,11 +160,9 @@ class DecodeGraphs:
         mine = self._mine()
         captured = mine.graphs.get(bucket)
         if captured is None:
-            if bucket not in mine.seen or bucket in mine.failed:
-                mine.seen.add(bucket)  # the first run builds cuDNN's plans: capture on the next
-                self._count("eager")
-                return self._masked(codes, bucket)
-            captured = self._capture(mine, codes, bucket)
+            if bucket in mine.seen and bucket not in mine.failed:
+                captured = self._capture(mine, codes, bucket)
+            mine.seen.add(bucket)  # the first run builds cuDNN's plans: capture on the next
             if captured is None:
                 self._count("eager")
                 return self._masked(codes, bucket)
@@ -172,20 +170,20 @@ class DecodeGraphs:
         captured.length.fill_(frames)
         captured.graph.replay()
         self._count("replays")
-        return captured.audio[..., : frames * (captured.audio.shape[-1] // bucket)]
+        return _clip(captured.audio, frames, bucket)
 
     def _masked(self, codes: torch.Tensor, bucket: int) -> torch.Tensor:
         """`decode_fn` at the bucket's length, every convolution's input cut at the clip's end."""
         frames = codes.shape[-1]
-        padded = torch.zeros(codes.shape[:-1] + (bucket,), dtype=codes.dtype, device=codes.device)
+        padded = _zeros_at(codes, bucket)
         padded[..., :frames] = codes
         length = torch.full((), frames, dtype=torch.long, device=codes.device)
         with self.mask.active(bucket, length):
             audio = self.decode_fn(padded)
-        return audio[..., : frames * (audio.shape[-1] // bucket)]
+        return _clip(audio, frames, bucket)
 
     def _capture(self, mine: _ThreadGraphs, codes: torch.Tensor, bucket: int) -> _Captured | None:
-        static = torch.zeros(codes.shape[:-1] + (bucket,), dtype=codes.dtype, device=codes.device)
+        static = _zeros_at(codes, bucket)
         length = torch.full((), bucket, dtype=torch.long, device=codes.device)
         graph = torch.cuda.CUDAGraph()
         try:
@@ -225,3 +223,13 @@ class DecodeGraphs:
     def _count(self, name: str) -> None:
         with self._lock:
             setattr(self.stats, name, getattr(self.stats, name) + 1)
+
+
+def _zeros_at(codes: torch.Tensor, bucket: int) -> torch.Tensor:
+    """Zero codes shaped like `codes` but `bucket` frames long."""
+    return torch.zeros(codes.shape[:-1] + (bucket,), dtype=codes.dtype, device=codes.device)
+
+
+def _clip(audio: torch.Tensor, frames: int, bucket: int) -> torch.Tensor:
+    """The samples of a clip's first `frames` frames, of audio decoded at `bucket` frames."""
+    return audio[..., : frames * (audio.shape[-1] // bucket)]
