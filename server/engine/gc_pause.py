@@ -2,10 +2,10 @@
 
 A collection during a capture that frees some other CUDA graph (say, of a backbone dropped
 earlier) destroys it mid-capture, which CUDA forbids: the capture fails ("operation not
-permitted when stream is capturing"). Captures run on the engine thread at start and on the
-finisher threads whenever a new decode length comes back, possibly at the same time, so the
-pause is counted: the collector comes back on when the last capture ends, in the state it
-was in before the first.
+permitted when stream is capturing"). Captures run on the engine thread and on the finisher
+threads at start (and on a finisher thread later for a decode bucket not captured then),
+possibly at the same time, so the pause is counted: the collector comes back on when the
+last capture ends, in the state it was in before the first.
 """
 
 from __future__ import annotations
