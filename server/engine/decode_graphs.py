@@ -67,7 +67,9 @@ def wanted(device: torch.device) -> bool:
 class LengthMask:
     """Forward pre-hooks that zero every convolution's input of `decoder` past the clip's end
     while a masked decode runs on this thread (`active`); a no-op otherwise. A convolution
-    whose input is k times the bucket's frames keeps its first k x length positions."""
+    whose input is k times the bucket's frames keeps its first k x length positions. Each
+    distinct input length's mask is made once per decode (33 convolutions, 6 lengths), so a
+    convolution costs one multiply more."""
 
     def __init__(self, decoder: nn.Module):
         # per thread: the clip being decoded, and position indices made on that thread's stream
@@ -82,15 +84,17 @@ class LengthMask:
         state = getattr(self._local, "state", None)
         if state is None:
             return None
-        bucket, length = state
+        bucket, length, masks = state
         x = args[0]
         n = x.shape[-1]
-        cache = self._local.__dict__.setdefault("positions", {})
-        positions = cache.get((n, x.device))
-        if positions is None:  # the first (eager) decode of a bucket, never inside a capture
-            positions = cache[(n, x.device)] = torch.arange(n, device=x.device)
-        keep = positions < length * (n // bucket)
-        return (x * keep.to(x.dtype),) + tuple(args[1:])
+        keep = masks.get((n, x.device))
+        if keep is None:
+            cache = self._local.__dict__.setdefault("positions", {})
+            positions = cache.get((n, x.device))
+            if positions is None:  # the first (eager) decode of a bucket, never inside a capture
+                positions = cache[(n, x.device)] = torch.arange(n, device=x.device)
+            keep = masks[(n, x.device)] = positions < length * (n // bucket)
+        return (x * keep,) + tuple(args[1:])
 
 
 @dataclass
@@ -100,7 +104,7 @@ class _Active:
     length: torch.Tensor
 
     def __enter__(self):
-        self.local.state = (self.bucket, self.length)
+        self.local.state = (self.bucket, self.length, {})  # this decode's masks, by input length
 
     def __exit__(self, *exc):
         self.local.state = None
