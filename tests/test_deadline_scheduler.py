@@ -294,3 +294,57 @@ def test_with_every_request_due_now_deadline_packs_the_steps_fifo_packs():
     fifo, deadline = steps("fifo"), steps("deadline")
     assert len(fifo) >= 64 and max(len(b) for b in fifo) == 64  # the batch limit binds
     assert deadline == fifo
+
+
+def test_a_due_chunks_decode_holds_what_can_wait_and_releases_when_decoded():
+    """A long text's first chunk has taken its last step (its sound is due: the listener
+    waits) and its later chunks are queued: they wait out its decode instead of sharing the
+    GPU with it; a newcomer due now still runs; `decoded` releases the rest."""
+    s = scheduler(tokens=1000)
+    story = Request(arrival=0.0, chunks=(2.0, 10.0, 10.0), num_step=4)
+    first, *later = (story.chunk(i) for i in range(3))
+    first.step = first.num_step
+    assert s.await_decode(first, now=0.2)
+    for c in later:
+        s.add(c)
+    assert s.schedule(now=0.2).utts == []  # everything can wait: nothing runs
+    newcomer = Request(arrival=0.21).chunk(0)
+    s.add(newcomer)
+    assert run_step(s, now=0.21).utts == [newcomer]  # due now: runs, alone
+    s.decoded(story.state.request_id, 0)
+    assert set(run_step(s, now=0.22).utts) == {newcomer, *later}
+
+
+def test_running_chunks_with_slack_pause_for_a_due_decode_then_resume():
+    s = scheduler(tokens=1000, urgent_step_tokens=250)
+    story = Request(arrival=0.0, chunks=(4.0, 4.0), due_at=0.0, num_step=4)
+    ahead = story.chunk(1)
+    s.add(ahead)
+    assert run_step(s, now=0.0).utts == [ahead]
+    done = Request(arrival=0.05, num_step=4).chunk(0)
+    done.step = done.num_step
+    assert s.await_decode(done, now=0.1)
+    assert s.schedule(now=0.1).utts == [] and s.paused_total == 1
+    s.decoded(done.state.request_id, 0)
+    assert run_step(s, now=0.11).utts == [ahead] and ahead.step == 2  # its progress kept
+
+
+def test_a_decode_hold_needs_a_due_streamed_chunk_and_ends_on_its_own():
+    from server.engine.scheduler import DECODE_HOLD_MAX_S
+
+    s = scheduler(tokens=1000)
+    whole = Request(arrival=0.0, stream="whole").chunk(0)
+    segment = Request(arrival=0.0, due_at=5.0).chunk(0)  # a stream's segment, heard in 5 s
+    assert not s.await_decode(whole, now=0.1) and not s.await_decode(segment, now=0.1)
+    assert not scheduler(policy="fifo").await_decode(Request(arrival=0.0).chunk(0), now=0.1)
+    held = Request(arrival=0.0).chunk(0)
+    assert s.await_decode(held, now=0.1)
+    ahead = Request(arrival=0.0, due_at=9.0).chunk(0)
+    s.add(ahead)
+    assert s.schedule(now=0.1 + DECODE_HOLD_MAX_S / 2).utts == []
+    assert s.schedule(now=0.1 + DECODE_HOLD_MAX_S * 1.5).utts == [ahead]  # a late report stalls nothing
+    assert not s.awaited
+    again = Request(arrival=1.0).chunk(0)
+    assert s.await_decode(again, now=1.0)
+    s.drop_request(again.state.request_id)  # cancelled or failed: no hold left behind
+    assert not s.awaited

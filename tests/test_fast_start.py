@@ -163,3 +163,39 @@ def test_fast_start_over_the_websocket_and_http(chorus_server):
     res = httpx.post(chorus_server.url + "/v1/audio/speech", timeout=120,
                      json={"input": EN, "num_step": 2, "first_chunk_seconds": 1.5, "response_format": "pcm"})
     assert res.status_code == 200 and len(res.content) > 0
+
+
+def test_later_chunks_wait_out_chunk_0s_decode(engine, monkeypatch):
+    """Chunk 0's sound is what the listener waits for: the later chunks, queued as chunk 0
+    takes its last step, take no step until chunk 0's audio is out, so its decode does not
+    share the device with them (`Scheduler.await_decode`)."""
+    from server.engine import scheduler as scheduler_module
+
+    monkeypatch.setattr(scheduler_module, "DECODE_HOLD_MAX_S", 60.0)  # no time-out: the order is exact
+    order: list[tuple[str, object]] = []  # steps and audio, both as the engine thread sees them
+    real = engine.backbone
+
+    def recording_forward(canvas):
+        order.append(("step", {item.item_id for item in canvas.items}))
+        return real.forward(canvas)
+
+    collector = Collector()
+
+    def sink(event):
+        if isinstance(event, ChunkAudio):
+            order.append(("audio", event.chunk))
+        collector(event)
+
+    engine.backbone = recording_forward
+    try:
+        opts = GenerationOptions(num_step=4, first_chunk_seconds=1.0, **GREEDY)
+        accepted = engine.submit(SynthesisRequest("held", EN, options=opts), sink)
+        collector.wait(["held"])
+    finally:
+        engine.backbone = real
+    assert collector.outcome("held") == "done" and accepted.chunks >= 2
+    first_audio = order.index(("audio", 0))
+    steps_before = [ids for kind, ids in order[:first_audio] if kind == "step"]
+    assert steps_before == [{"held#0"}] * 4  # chunk 0's four steps, alone
+    later = [ids for kind, ids in order[first_audio:] if kind == "step"]
+    assert {f"held#{i}" for i in range(1, accepted.chunks)} <= set().union(*later)

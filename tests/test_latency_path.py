@@ -2,8 +2,8 @@
 
 The engine's timings count from the moment the server received the frame (not from the
 engine's submit), a request that did not ask for progress hands the event loop nothing per
-step, and audio frames go out uncompressed (deflating audio costs time on both ends and saves
-nothing).
+step, audio frames go out uncompressed (deflating audio costs time on both ends and saves
+nothing), and a chunk decoded while a step runs is sent then, not after the step.
 """
 
 from __future__ import annotations
@@ -79,3 +79,32 @@ def test_step_intervals_count_back_to_back_steps_only(engine):
         assert all(r.interval is not None and r.interval > 0 for r in records[1:])
         # back to back, a step starts no sooner than the previous one's device work allows
         assert all(r.interval >= 0.5 * prev.seconds for prev, r in itertools.pairwise(records))
+
+
+def test_waiting_for_a_step_takes_commands_meanwhile(model):
+    """The engine thread waits for a step's device work by polling its event and taking
+    commands in between: a decoded chunk's audio (or a cancel, a submit) is handled while a
+    long step runs, not after it. (A CUDA event stand-in: done once a command was handled.)"""
+    from server.config import EngineSettings
+    from server.engine.commands import Cancel
+    from server.engine.loop import EngineLoop
+
+    eng = EngineLoop(model, EngineSettings())  # not started: this thread plays the engine's
+    handled = []
+    real_handle = eng._handle
+    eng._handle = lambda command: (handled.append(command), real_handle(command))
+
+    class StepInFlight:
+        def query(self) -> bool:
+            return bool(handled)
+
+        def synchronize(self) -> None:
+            raise AssertionError("waited without taking commands")
+
+    try:
+        eng._commands.put(Cancel("nobody"))
+        eng._wait_for(StepInFlight())
+        assert [type(c) for c in handled] == [Cancel]
+    finally:
+        eng.finisher.shutdown()
+        eng.voice_encoder.shutdown()

@@ -46,6 +46,9 @@ from server.engine.voice_encoder import VoiceEncoder
 
 log = logging.getLogger("chorus.engine")
 
+HANDOFF_POLL_S = 0.0002  # while waiting for a step, how often to look for a decoded chunk
+HOLD_WAIT_S = 0.002  # with every chunk waiting out a decode, how long to wait for it at most
+
 
 class EngineLoop:
     def __init__(self, model, settings: EngineSettings, name: str = "engine0", *,
@@ -80,6 +83,8 @@ class EngineLoop:
         self._accepting = True
         self._closed = False  # the thread has exited: queued commands would never run
         self.ready = False
+        self._handoff = os.environ.get("CHORUS_AUDIO_HANDOFF", "") != "0"
+        self._decode_hold = os.environ.get("CHORUS_DECODE_HOLD", "") != "0"
 
     @property
     def backbone(self):
@@ -206,27 +211,43 @@ class EngineLoop:
         self.finisher.shutdown()
         self.voice_encoder.shutdown()
 
-    def _drain_commands(self, block: bool) -> None:
+    def _drain_commands(self, block: bool, timeout: float = 0.25) -> None:
         while True:
             try:
-                command = self._commands.get(timeout=0.25) if block else self._commands.get_nowait()
+                command = self._commands.get(timeout=timeout) if block else self._commands.get_nowait()
             except queue.Empty:
                 return
             block = False
-            if isinstance(command, Submit):
-                self._admit(command.state)
-            elif isinstance(command, Cancel):
-                state = self._states.get(command.request_id)
-                if state is not None:
-                    self._finish(state, "cancelled")
-            elif isinstance(command, ChunkDecoded):
-                self._chunk_decoded(command)
-            elif isinstance(command, WholeReady):
-                if not command.state.finished:
-                    self._send_audio(command.state, 0, command.audio, final=True)
-                    self._finish(command.state, "done")
-            elif isinstance(command, FinishFailed):
-                self._finish(command.state, "error", f"decoding failed: {command.error}")
+            self._handle(command)
+
+    def _handle(self, command) -> None:
+        if isinstance(command, Submit):
+            self._admit(command.state)
+        elif isinstance(command, Cancel):
+            state = self._states.get(command.request_id)
+            if state is not None:
+                self._finish(state, "cancelled")
+        elif isinstance(command, ChunkDecoded):
+            self.scheduler.decoded(command.state.request_id, command.index)
+            self._chunk_decoded(command)
+        elif isinstance(command, WholeReady):
+            if not command.state.finished:
+                self._send_audio(command.state, 0, command.audio, final=True)
+                self._finish(command.state, "done")
+        elif isinstance(command, FinishFailed):
+            self._finish(command.state, "error", f"decoding failed: {command.error}")
+
+    def _wait_for(self, event: torch.cuda.Event) -> None:
+        """Wait for a step's event, taking commands meanwhile: a decoded chunk's audio goes out
+        when it lands, not after the step in flight (`CHORUS_AUDIO_HANDOFF=0`: plain wait)."""
+        if not self._handoff:
+            event.synchronize()
+            return
+        while not event.query():
+            try:
+                self._handle(self._commands.get(timeout=HANDOFF_POLL_S))
+            except queue.Empty:
+                pass
 
     def _admit(self, state: RequestState) -> None:
         self._states[state.request_id] = state
@@ -253,6 +274,8 @@ class EngineLoop:
         batch = self.scheduler.schedule()
         if not batch.utts:
             self._settle_all()
+            if len(self.scheduler):  # all of it waits out a due chunk's decode: until it lands
+                self._drain_commands(block=True, timeout=HOLD_WAIT_S)
             return
         now = time.perf_counter()
         for utt in batch.utts:
@@ -276,7 +299,7 @@ class EngineLoop:
         """The step's results are needed now: read its flags, report, finish chunks."""
         for part in launched.parts:
             if part.ready is not None:
-                part.ready.synchronize()  # this step only; the next one stays queued
+                self._wait_for(part.ready)  # this step only; the next one stays queued
             finite = part.finite.tolist()
             for utt, ok, number in zip(part.utts, finite, part.step_numbers):
                 state = utt.state
@@ -309,6 +332,8 @@ class EngineLoop:
         ready = torch.cuda.Event() if self.device.type == "cuda" else None
         if ready is not None:
             ready.record()
+        if self._decode_hold:
+            self.scheduler.await_decode(utt, time.perf_counter())
         postprocess = None if state.request.stream == "whole" else state.request.options.postprocess
         self.finisher.decode(state, index, tokens, ready, state.ref_rms, postprocess)
 

@@ -18,8 +18,16 @@ policies:
   are paused (whole-file ones first, most slack first); they resume when room frees or
   their slack runs out. Pausing is safe and costs nothing: an utterance's canvas stays on
   the device and its tokens depend only on its own schedule index and generator, never on
-  which steps it shares or skips. Urgent chunks are never paused, and a chunk's slack only
-  shrinks while it waits, so every chunk ages into the urgent class: nothing starves.
+  which steps it shares or skips. Urgent chunks are not paused (but see below), and a
+  chunk's slack only shrinks while it waits, so every chunk ages into the urgent class:
+  nothing starves.
+- While a chunk whose audio is already due is being decoded (`await_decode`: a request's
+  first sound, or a later chunk playback has caught up with), only chunks with at most
+  `DECODE_HOLD_SLACK_S` of slack run; the rest wait out the decode, a few milliseconds, so
+  the sound the listener waits for does not share the GPU with a large step of work that
+  is not due for a second or more (a long text's later chunks start right as its first
+  chunk's decode does). A hold ends when the engine reports the chunk `decoded`, or after
+  `DECODE_HOLD_MAX_S` whatever happens.
 
 The scheduler owns the state changes of a step: `schedule()` says what runs, and
 `advance(step)` (what the runner launched) moves every stepped utterance one step on and
@@ -72,6 +80,8 @@ POLICIES = ("deadline", "fifo")
 # `urgent_step_tokens` (8192: ~17 ms on an H200, ~5% below a full step's rate): a new turn's
 # first sentence waits for the step in flight, and a 32k-token step would be ~66 ms of that.
 AHEAD_STEP_FACTOR = 4
+DECODE_HOLD_SLACK_S = 0.25  # while a due chunk decodes, chunks with more slack than this wait
+DECODE_HOLD_MAX_S = 0.05  # a hold lasts at most this long, even if the decode's report is late
 
 
 class Scheduler:
@@ -89,6 +99,7 @@ class Scheduler:
         self.paused_total = 0  # running chunks paused for urgent ones, ever
         self.waiting: list[_Waiting] = []  # sorted by (request arrival, chunk index)
         self.running: list[Utterance] = []
+        self.awaited: dict[tuple[str, int], float] = {}  # due chunks being decoded: since when
 
     def fits_alone(self, packed_len: int) -> bool:
         return packed_len <= self.max_packed_tokens
@@ -115,6 +126,26 @@ class Scheduler:
     @property
     def waiting_utts(self) -> list[Utterance]:
         return [w.utt for w in self.waiting]
+
+    def await_decode(self, utt: Utterance, now: float) -> bool:
+        """`utt` has taken its last step: when its audio is due already (deadline policy,
+        streamed), hold chunks with slack to spare until it is `decoded`. True if held."""
+        if self.policy != "deadline" or deadlines.is_whole(utt):
+            return False
+        if deadlines.due_at(utt, self.step_seconds, self.frame_rate) > now:
+            return False
+        self.awaited[(utt.state.request_id, utt.chunk_index)] = now
+        return True
+
+    def decoded(self, request_id: str, chunk_index: int) -> None:
+        """The chunk's audio is out (or it failed): its hold ends."""
+        self.awaited.pop((request_id, chunk_index), None)
+
+    def _holding(self, now: float) -> bool:
+        for key, since in list(self.awaited.items()):
+            if now - since > DECODE_HOLD_MAX_S:
+                del self.awaited[key]
+        return bool(self.awaited)
 
     def schedule(self, now: float | None = None) -> ScheduledBatch:
         """Admit by the policy; return the step's utterances and how many joined.
@@ -143,7 +174,9 @@ class Scheduler:
         slack = {id(u): deadlines.slack(u, now, self.step_seconds, self.frame_rate) for u in everyone}
         tier = {id(u): deadlines.tier(u, slack[id(u)], self.horizon_s) for u in everyone}
         by_need = lambda u: (tier[id(u)], slack[id(u)])
-        urgent = [u for u in self.running if tier[id(u)] == deadlines.URGENT]  # never paused
+        holding = self._holding(now)  # a due chunk decodes: only what cannot wait runs
+        runs = lambda u: tier[id(u)] == deadlines.URGENT and not (holding and slack[id(u)] > DECODE_HOLD_SLACK_S)
+        urgent = [u for u in self.running if runs(u)]  # not paused
         tokens = sum(u.packed_len for u in urgent)
         joined: list[_Waiting] = []
         blocked = False
@@ -152,7 +185,7 @@ class Scheduler:
         #    non-urgent ones give way below); one that does not fit blocks the rest
         for entry in waiting:
             utt = entry.utt
-            if tier[id(utt)] != deadlines.URGENT:
+            if not runs(utt):
                 break
             if tokens + utt.packed_len > self.max_packed_tokens or len(urgent) >= self.max_batch_size:
                 blocked = True
@@ -165,13 +198,13 @@ class Scheduler:
         cap = self._cap(tokens if urgent else 0, ahead)
         keep = urgent[:]
         paused: list[Utterance] = []
-        for utt in sorted((u for u in self.running if tier[id(u)] != deadlines.URGENT), key=by_need):
-            if tokens + utt.packed_len <= cap and len(keep) < self.max_batch_size:
+        for utt in sorted((u for u in self.running if not runs(u)), key=by_need):
+            if not holding and tokens + utt.packed_len <= cap and len(keep) < self.max_batch_size:
                 keep.append(utt)
                 tokens += utt.packed_len
             else:
                 paused.append(utt)
-        if not blocked:  # nothing overtakes an urgent chunk that cannot get in yet
+        if not blocked and not holding:  # nothing overtakes an urgent chunk that cannot get in yet
             for entry in waiting:
                 utt = entry.utt
                 if tier[id(utt)] == deadlines.URGENT:
@@ -220,6 +253,7 @@ class Scheduler:
         """Remove every utterance of a request (cancel / failure)."""
         self.running = [u for u in self.running if u.state.request_id != request_id]
         self.waiting = [w for w in self.waiting if w.utt.state.request_id != request_id]
+        self.awaited = {key: t for key, t in self.awaited.items() if key[0] != request_id}
 
     def __len__(self) -> int:
         return len(self.running) + len(self.waiting)
