@@ -146,13 +146,16 @@ def _profiles(model) -> dict:
     fi = FlashInferAttention(model.device, model.audio_heads.weight.dtype, c.head_dim ** -0.5,
                              c.num_attention_heads, c.num_key_value_heads, c.head_dim)
     out = {}
-    cases = ((1, True, None), (1, False, None), (16, False, None), (64, False, None), (64, False, False))
-    for n, graphs, fuse in cases:
-        items = random_items(model, [(26, 250, 2.0)] * n, seed=n, device=model.device)
+    # (requests, target frames, graphs, fused q/k): a fast-start first chunk (50 frames), a
+    # lone 10 s line, three of them (the loaded regime's step), and the large eager steps
+    cases = ((1, 50, True, None), (1, 250, True, None), (3, 250, True, None), (1, 250, False, None),
+             (16, 250, False, None), (64, 250, False, None), (64, 250, False, False))
+    for n, frames, graphs, fuse in cases:
+        items = random_items(model, [(26, frames, 2.0)] * n, seed=n, device=model.device)
         canvas = build_packed_canvas(items, model.device)
-        backbone = FusedBackbone(model, fi, graphs=graphs, fuse_qk_rope=fuse)
+        backbone = FusedBackbone(model, fi, graphs=graphs, fuse_qk_rope=fuse)  # captures its one graph
         name = f"{n}_requests_{'graph' if graphs else 'eager'}_{backbone.qk_rope_kernel}_qk_rope"
-        out[name] = profile_forward(backbone, canvas)
+        out[name if frames == 250 else f"{name}_{frames}_frames"] = profile_forward(backbone, canvas)
     from bench.diagnose import profile_decode
     from server.engine.codec import Codec
 
