@@ -22,12 +22,12 @@ other steps keep the torch path.
 from __future__ import annotations
 
 import logging
-import os
 
 import torch
 import torch.nn.functional as F
 
 from server.engine.sampler import best_unmasked, cfg_mix
+from server.engine.triton_env import INTERPRET as _INTERPRET
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,6 @@ try:  # Triton is optional: CPU installs keep the torch path
 except Exception:  # noqa: BLE001
     triton = None
 
-_INTERPRET = os.environ.get("TRITON_INTERPRET", "").strip().lower() in ("1", "true", "on", "yes")
 CONFIDENCE_LIMIT = 1e-4  # max |difference| of a confidence (values are ~ -1..-20)
 AGREEMENT_LIMIT = 0.999  # share of predicted ids equal to the torch path's
 

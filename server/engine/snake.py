@@ -29,6 +29,8 @@ import os
 
 import torch
 
+from server.engine.triton_env import INTERPRET as _INTERPRET
+
 log = logging.getLogger(__name__)
 
 try:  # Triton is optional: CPU installs and machines without it keep the torch expression
@@ -37,7 +39,6 @@ try:  # Triton is optional: CPU installs and machines without it keep the torch 
 except Exception:  # noqa: BLE001
     triton = None
 
-_INTERPRET = os.environ.get("TRITON_INTERPRET", "").strip().lower() in ("1", "true", "on", "yes")
 _BLOCK = 1024
 _MAX_GRID_Y = 65535
 _REL_LIMIT = 1e-6
