@@ -15,7 +15,7 @@ from server import protocol as p
 from server.app import create_app
 from server.config import EngineSettings, ServerConfig
 from server.engine.loop import EngineLoop
-from tests.waiting import poll_until
+from server.engine.scheduler import ScheduledBatch
 
 
 class Faults:
@@ -24,7 +24,8 @@ class Faults:
     def __init__(self) -> None:
         self.http = False  # fail HTTP requests (ids `h1`, `h2`, ...)
         self.oom_left = 0  # raise CUDA-style out-of-memory on this many multi-item forwards
-        self.hold_until = 0  # the next forward waits until this many requests are in the engine
+        self.oom_sizes: list[int] = []  # the item counts of the forwards that ran out of memory
+        self.hold_until = 0  # no step is scheduled until this many utterances are queued
 
     def fails(self, request_id: str) -> bool:
         return request_id.endswith("/bad") or (self.http and request_id.startswith("h"))
@@ -37,17 +38,25 @@ def faulty(tiny_checkpoint, tmp_path_factory):
     engine = EngineLoop(load_omnivoice(str(tiny_checkpoint), "cpu", "float32"), EngineSettings())
     faults = Faults()
     real_forward = engine.backbone.forward
+    real_schedule = engine.scheduler.schedule
+
+    def schedule(now=None):
+        """Hold the step boundary, not the forward: a forward's items are fixed by then, and
+        a request admitted a moment later would miss the step the test means to share."""
+        if faults.hold_until:
+            if len(engine.scheduler) < faults.hold_until:
+                return ScheduledBatch([], 0)  # the loop takes commands and comes back
+            faults.hold_until = 0
+        return real_schedule(now)
 
     @torch.inference_mode()
     def forward(canvas):
         ids = [item.item_id.split("#")[0] for item in canvas.items]
-        if faults.hold_until:  # every request submitted before the step goes on: no race
-            poll_until(lambda: engine.stats().requests_inflight >= faults.hold_until, "requests in the engine")
-            faults.hold_until = 0
         if any(faults.fails(i) for i in ids):
             raise RuntimeError("simulated failure tied to one item")
         if faults.oom_left and len(ids) > 1:
             faults.oom_left -= 1
+            faults.oom_sizes.append(len(ids))
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         logits = real_forward(canvas)
         for index, rid in enumerate(ids):
@@ -57,6 +66,7 @@ def faulty(tiny_checkpoint, tmp_path_factory):
         return logits
 
     engine.backbone = forward
+    engine.scheduler.schedule = schedule
     engine.start()
     cfg = ServerConfig(voices_dir=tmp_path_factory.mktemp("voices"), model_name="tiny")
     with TestClient(create_app(cfg, engine=engine), base_url="http://test.localhost") as client:
@@ -116,5 +126,5 @@ def test_out_of_memory_steps_are_retried_smaller(faulty):
     faults.hold_until = 4  # so the four share steps: 4 items, then halves of 2, run out of memory
     opts = {"options": {"num_step": 4}}
     ends = run_ws(client, {f"r{i}": {"text": f"Sentence number {i}.", **opts} for i in range(4)})
-    assert faults.oom_left == 0  # the out-of-memory errors did happen
+    assert faults.oom_sizes == [4, 2, 2]  # the shared step, then each half of it
     assert {e["type"] for e in ends.values()} == {"done"}, ends
