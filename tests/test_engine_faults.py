@@ -6,6 +6,7 @@ are retried smaller and nobody notices; the connection and the engine carry on."
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import torch
@@ -17,6 +18,8 @@ from server.config import EngineSettings, ServerConfig
 from server.engine.loop import EngineLoop
 from server.engine.scheduler import ScheduledBatch
 
+HOLD_LIMIT_S = 60.0  # a hold that never fills ends here, so a broken engine fails the test, not hangs it
+
 
 class Faults:
     """Which items the forward pass fails on (by request id)."""
@@ -26,6 +29,7 @@ class Faults:
         self.oom_left = 0  # raise CUDA-style out-of-memory on this many multi-item forwards
         self.oom_sizes: list[int] = []  # the item counts of the forwards that ran out of memory
         self.hold_until = 0  # no step is scheduled until this many utterances are queued
+        self.held_since: float | None = None
 
     def fails(self, request_id: str) -> bool:
         return request_id.endswith("/bad") or (self.http and request_id.startswith("h"))
@@ -44,9 +48,10 @@ def faulty(tiny_checkpoint, tmp_path_factory):
         """Hold the step boundary, not the forward: a forward's items are fixed by then, and
         a request admitted a moment later would miss the step the test means to share."""
         if faults.hold_until:
-            if len(engine.scheduler) < faults.hold_until:
+            faults.held_since = faults.held_since or time.monotonic()
+            if len(engine.scheduler) < faults.hold_until and time.monotonic() - faults.held_since < HOLD_LIMIT_S:
                 return ScheduledBatch([], 0)  # the loop takes commands and comes back
-            faults.hold_until = 0
+            faults.hold_until, faults.held_since = 0, None  # past the limit: the test's asserts say why
         return real_schedule(now)
 
     @torch.inference_mode()
