@@ -25,8 +25,8 @@ from server.checkout import git_commit
 
 log = logging.getLogger("chorus.bench")
 
-SCENARIOS = ("parity", "forward", "profile", "engine_single", "finite_check", "engine_throughput", "long", "fp8",
-             "tokens",
+SCENARIOS = ("parity", "forward", "profile", "engine_single", "timeline", "finite_check", "engine_throughput", "long",
+             "fp8", "tokens",
              "reference_single", "reference_throughput", "mixed", "loaded", "ws_single", "ws_long", "ws_throughput",
              "ws_loaded")
 FAST_START_SECONDS = 2.0  # the demo page's fast start
@@ -268,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("chorus bench needs a CUDA GPU", file=sys.stderr)
         return 2
-    from bench import engine_bench as eb, forward as fw
+    from bench import engine_bench as eb, forward as fw, timeline
     from bench.mixes import mixed_knobs_mix, plain_mix
     from server.checkpoint import load_omnivoice, make_checkpoint
     from server.config import EngineSettings
@@ -331,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         specs = plain_mix(args.requests, args.seed)
         run.scenario("engine_single", ("engine", "single_10s"), lambda: eb.single(engine))
+        run.scenario("timeline", ("diagnostics", "timeline"), lambda: timeline.run(engine))
         run.scenario("finite_check", ("diagnostics", "finite_check"), lambda: _finite_runs(engine, model, specs))
         thr = run.scenario("engine_throughput", ("engine", "throughput_256"), lambda: eb.run_mix(engine, specs))
         run.scenario("long", ("engine", "long_60s"), lambda: eb.long_text(engine))

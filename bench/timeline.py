@@ -1,0 +1,213 @@
+"""Where a lone request's first audio goes: one timeline from submit to the audio event.
+
+The engine's own clocks say how long a request took; this says where the milliseconds of
+its first chunk went, segment by segment, so a missed first-audio target names its cost:
+planning on the caller's thread, the hop to the engine thread, the canvas build, the wait
+for the first launch, the chunk's steps (GPU time per step and the GPU's idle time between
+them), the host noticing the last step, the hop to a decode worker, the decode, the
+post-processing and the hop back to the engine thread that sends the audio.
+
+It wraps the engine's methods with host clocks and CUDA events (no syncs added) and restores
+them afterwards. Works on any device (off CUDA the step times are host times).
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+from itertools import pairwise
+
+import torch
+
+from bench.mixes import long_paragraph, make_text
+
+SEGMENTS = ("plan", "to_engine_thread", "build", "to_first_launch", "steps", "notice_last_step", "to_decoder",
+            "decode", "to_post", "post", "to_audio_event")
+
+
+@dataclass
+class _Launch:
+    host_start: float
+    host_end: float
+    start: torch.cuda.Event | None
+    end: torch.cuda.Event | None
+
+
+@dataclass
+class _Trace:
+    """Host clocks (perf_counter) of one request's first chunk, filled as it runs."""
+
+    submit: float = 0.0
+    submitted: float = 0.0
+    admit: float | None = None
+    admitted: float | None = None
+    completed: float | None = None  # the engine thread took chunk 0's last step's results
+    decode_start: float | None = None
+    decode_end: float | None = None
+    post_start: float | None = None
+    post_end: float | None = None
+    audio: float | None = None
+    launches: list[_Launch] = field(default_factory=list)
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+class Timeline:
+    """Instruments `engine` for one request at a time (`trace`), then `restore`s it."""
+
+    def __init__(self, engine):
+        self.engine = engine
+        self.cuda = engine.device.type == "cuda"
+        self.trace: _Trace | None = None
+        self._saved = {name: getattr(obj, name) for obj, name in self._targets()}
+        self._install()
+
+    def _targets(self):
+        e = self.engine
+        return ((e, "_admit"), (e, "_complete_chunk"), (e.runner, "run"), (e.codec, "decode"), (e.finisher, "_post"))
+
+    def _install(self) -> None:
+        e, saved, cuda = self.engine, self._saved, self.cuda
+
+        def now() -> float:
+            return time.perf_counter()
+
+        def admit(state):
+            if self.trace is not None:
+                self.trace.admit = now()
+            saved["_admit"](state)
+            if self.trace is not None:
+                self.trace.admitted = now()
+
+        def complete_chunk(utt):
+            if self.trace is not None and utt.chunk_index == 0 and self.trace.completed is None:
+                self.trace.completed = now()
+            saved["_complete_chunk"](utt)
+
+        def run(batch, index):
+            start = end = None
+            t0 = now()
+            if cuda:
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+            out = saved["run"](batch, index)
+            if cuda:
+                end.record()
+            if self.trace is not None and self.trace.completed is None:
+                self.trace.launches.append(_Launch(t0, now(), start, end))
+            return out
+
+        def decode(tokens):
+            trace = self.trace
+            first = trace is not None and trace.decode_start is None
+            if first:
+                trace.decode_start = now()
+            out = saved["decode"](tokens)
+            if first:
+                trace.decode_end = now()
+            return out
+
+        def post(fn, *args, on_done):
+            trace = self.trace
+            first = trace is not None and trace.post_start is None
+            if first:
+                trace.post_start = now()
+
+            def done(audio):
+                if first:
+                    trace.post_end = now()
+                return on_done(audio)
+
+            return saved["_post"](fn, *args, on_done=done)
+
+        e._admit, e._complete_chunk, e.runner.run = admit, complete_chunk, run
+        e.codec.decode, e.finisher._post = decode, post
+
+    def restore(self) -> None:
+        for obj, name in self._targets():
+            obj.__dict__.pop(name, None)
+
+    def sink(self, event) -> None:
+        from server.engine.types import ChunkAudio, Finished
+
+        trace = self.trace
+        if trace is None:
+            return
+        if isinstance(event, ChunkAudio) and trace.audio is None:
+            trace.audio = time.perf_counter()
+        elif isinstance(event, Finished):
+            trace.done.set()
+
+    def run_one(self, request, timeout: float = 120.0) -> dict:
+        """Submit `request`, wait for it to end, and return its first chunk's segments (ms)."""
+        self.trace = trace = _Trace()
+        trace.submit = time.perf_counter()
+        self.engine.submit(request, self.sink)
+        trace.submitted = time.perf_counter()
+        if not trace.done.wait(timeout):
+            raise TimeoutError(f"{request.request_id} did not finish in {timeout} s")
+        self.trace = None
+        return segments(trace, self.cuda)
+
+
+def segments(trace: _Trace, cuda: bool) -> dict:
+    """The trace as consecutive segments in ms (they add up to submit -> audio event)."""
+    launches = trace.launches
+    first = launches[0]
+    if cuda:
+        torch.cuda.synchronize()
+        gpu_ms = [la.start.elapsed_time(la.end) for la in launches]
+        idle_ms = [max(0.0, a.end.elapsed_time(b.start)) for a, b in pairwise(launches)]
+        # the chunk's steps end on the GPU this long after the first launch's host clock
+        steps_end = first.host_start + first.start.elapsed_time(launches[-1].end) / 1e3
+    else:
+        gpu_ms = [(la.host_end - la.host_start) * 1e3 for la in launches]
+        idle_ms = [(b.host_start - a.host_end) * 1e3 for a, b in pairwise(launches)]
+        steps_end = launches[-1].host_end
+    marks = [trace.submit, trace.submitted, trace.admit, trace.admitted, first.host_start, steps_end,
+             trace.completed, trace.decode_start, trace.decode_end, trace.post_start, trace.post_end, trace.audio]
+    if any(m is None for m in marks):
+        raise RuntimeError("the trace missed a mark: " + ", ".join(
+            name for name, m in zip(("submit", "submitted", "admit", "admitted", "launch", "steps_end", "completed",
+                                     "decode_start", "decode_end", "post_start", "post_end", "audio"), marks)
+            if m is None))
+    out = {name: round((b - a) * 1e3, 3) for name, a, b in zip(SEGMENTS, marks, marks[1:])}
+    out["total"] = round((trace.audio - trace.submit) * 1e3, 3)
+    out["launches"] = len(launches)
+    out["step_gpu_ms_mean"] = round(statistics.fmean(gpu_ms), 4)
+    out["gpu_idle_between_steps_ms"] = round(sum(idle_ms), 3)
+    return out
+
+
+def _medians(rows: list[dict]) -> dict:
+    return {key: round(statistics.median(r[key] for r in rows), 3) for key in rows[0]}
+
+
+def run(engine, runs: int = 5, warmup: int = 2, seconds: float = 10.0, long_seconds: float = 60.0,
+        first_chunk_seconds: float = 2.0, seed: int = 0) -> dict:
+    """Timelines of a lone `seconds` line and of a long paragraph's first chunk, with and
+    without fast start, as a WebSocket client asks for them (no progress events): each
+    segment's median over `runs` (after `warmup`), and every run."""
+    from server.engine.types import GenerationOptions, SynthesisRequest
+
+    line = make_text(random.Random(seed + 3), seconds)
+    paragraph = long_paragraph(seed, long_seconds)
+    cases = {
+        "lone_line": lambda i: SynthesisRequest(f"tl-line{i}", line, options=GenerationOptions(duration=seconds),
+                                                progress=False),
+        "long_default": lambda i: SynthesisRequest(f"tl-long{i}", paragraph, progress=False),
+        "long_fast_start": lambda i: SynthesisRequest(
+            f"tl-fast{i}", paragraph, options=GenerationOptions(first_chunk_seconds=first_chunk_seconds),
+            progress=False),
+    }
+    timeline = Timeline(engine)
+    out: dict = {}
+    try:
+        for name, make in cases.items():
+            rows = [timeline.run_one(make(i)) for i in range(warmup + runs)][warmup:]
+            out[name] = {"median_ms": _medians(rows), "runs": rows}
+    finally:
+        timeline.restore()
+    return out
