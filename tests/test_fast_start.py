@@ -139,6 +139,29 @@ def test_an_engine_run_with_fast_start_builds_later_chunks_on_chunk_0(engine, mo
         assert EN.startswith(ref.text) and len(ref.text) < len(EN) / 3  # the short first chunk's transcript
 
 
+def test_chunk_0_goes_to_its_decoder_before_the_later_chunks_are_built(engine, monkeypatch):
+    """Building the later chunks' canvases must not delay chunk 0's decode (its sound is due)."""
+    order: list[tuple[str, int]] = []
+    real_build, real_decode = engine_loop.build_utterance, engine.finisher.decode
+
+    def recording_build(model, state, index, ref, device):
+        order.append(("build", index))
+        return real_build(model, state, index, ref, device)
+
+    def recording_decode(state, index, *args):
+        order.append(("decode", index))
+        return real_decode(state, index, *args)
+
+    monkeypatch.setattr(engine_loop, "build_utterance", recording_build)
+    monkeypatch.setattr(engine.finisher, "decode", recording_decode)
+    collector = Collector()
+    opts = GenerationOptions(num_step=2, first_chunk_seconds=1.0, **GREEDY)
+    accepted = engine.submit(SynthesisRequest("order", EN, options=opts), collector)
+    collector.wait(["order"])
+    assert collector.outcome("order") == "done" and accepted.chunks >= 2
+    assert order[:3] == [("build", 0), ("decode", 0), ("build", 1)], order
+
+
 def test_fast_start_over_the_websocket_and_http(chorus_server):
     import asyncio
 

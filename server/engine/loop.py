@@ -321,14 +321,14 @@ class EngineLoop:
                                         launched.admitted, launched.interval))
 
     def _complete_chunk(self, utt: Utterance) -> None:
-        """A chunk's last step has run: queue later chunks on it, hand it to the finisher."""
+        """A chunk's last step has run: hand it to the finisher, then queue later chunks on it.
+
+        The decode goes first: building the later chunks' canvases (a millisecond or more of
+        tokenising and copies for a long text) must not delay the sound the listener waits for.
+        """
         state = utt.state
         index = utt.chunk_index
         tokens = utt.item.tokens
-        if state.plan.chained and index == 0:
-            chunk0 = VoicePrompt(tokens=tokens, text=state.plan.chunks[0].text, rms=0.0)
-            if not self._build(state, range(1, state.num_chunks), chunk0):
-                return
         ready = torch.cuda.Event() if self.device.type == "cuda" else None
         if ready is not None:
             ready.record()
@@ -336,6 +336,9 @@ class EngineLoop:
             self.scheduler.await_decode(utt, time.perf_counter())
         postprocess = None if state.request.stream == "whole" else state.request.options.postprocess
         self.finisher.decode(state, index, tokens, ready, state.ref_rms, postprocess)
+        if state.plan.chained and index == 0:
+            chunk0 = VoicePrompt(tokens=tokens, text=state.plan.chunks[0].text, rms=0.0)
+            self._build(state, range(1, state.num_chunks), chunk0)
 
     def _chunk_decoded(self, done: ChunkDecoded) -> None:
         state = done.state
