@@ -44,16 +44,17 @@ def models(tiny_checkpoint, flashinfer_ok):
     return out
 
 
-def _fi(model):
+def _fi(model, small_rows: int | None = None):
     from server.engine.flashinfer_attention import FlashInferAttention
 
     c = model.llm.config
     return FlashInferAttention(model.device, model.audio_heads.weight.dtype, c.head_dim ** -0.5,
-                               c.num_attention_heads, c.num_key_value_heads, c.head_dim)
+                               c.num_attention_heads, c.num_key_value_heads, c.head_dim, small_rows=small_rows)
 
 
+@pytest.mark.parametrize("small_rows", [0, 1 << 20])  # FlashInfer for every step; the Triton kernel for every step
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_fused_parity_in_half_precision(models, dtype):
+def test_fused_parity_in_half_precision(models, dtype, small_rows):
     from bench.parity import compare, parity_canvas, reference_target_logits
     from server.engine.fused_backbone import FusedBackbone
 
@@ -62,8 +63,10 @@ def test_fused_parity_in_half_precision(models, dtype):
     ref32 = reference_target_logits(model32, parity_canvas(model32, 7, "cuda", n_items=6))
     ref = reference_target_logits(model, canvas)
     floor = compare(ref, ref32)["rel_l2"]  # the reference's own half-precision error
+    fi = _fi(model, small_rows)
+    assert (fi.small is not None) == (small_rows > 0)
     for graphs in (False, True):
-        out = FusedBackbone(model, _fi(model), graphs=graphs)(canvas)
+        out = FusedBackbone(model, fi, graphs=graphs)(canvas)
         assert torch.isfinite(out).all()
         assert compare(out, ref32)["rel_l2"] < 1.5 * floor + 1e-4
 

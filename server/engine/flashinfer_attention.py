@@ -16,11 +16,16 @@ Two hazards of FlashInfer's planner that this module handles:
 
 A step whose documents are those of a plan still held (the usual case: a request keeps its
 canvas for all its steps) reuses that plan: no host work, no copy.
+
+Steps of up to `small_rows` packed rows (a lone request, a few) run a short Triton kernel
+instead (`triton_attention.py`), which FlashInfer's fixed cost per layer loses to there;
+it is used only when its start-up check against float32 attention passes.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 
 import torch
@@ -37,6 +42,9 @@ REQUIRED_NAMES: tuple[tuple[str, str], ...] = (
     ("flashinfer.activation", "silu_and_mul"),
 )
 WORKSPACE_BYTES = 128 * 1024 * 1024
+# Steps of at most this many packed rows attend with the Triton kernel (0: never);
+# CHORUS_SMALL_ATTENTION_ROWS overrides it.
+SMALL_ROWS = 1024
 
 
 class FlashInferMissing(ImportError):
@@ -95,7 +103,7 @@ class FlashInferAttention:
     name = "flashinfer"
 
     def __init__(self, device: torch.device, dtype: torch.dtype, scale: float,
-                 num_q_heads: int, num_kv_heads: int, head_dim: int):
+                 num_q_heads: int, num_kv_heads: int, head_dim: int, small_rows: int | None = None):
         check_flashinfer()
         import flashinfer
 
@@ -111,6 +119,33 @@ class FlashInferAttention:
             for _ in range(2)
         ]
         self._next = 0
+        if small_rows is None:
+            small_rows = int(os.environ.get("CHORUS_SMALL_ATTENTION_ROWS", SMALL_ROWS))
+        self.small, self.small_rows = self._small_kernel(small_rows)
+
+    def _small_kernel(self, rows: int):
+        """The Triton attention for steps of up to `rows` rows, if it runs here and passes its
+        check; else (None, 0), logged."""
+        if rows <= 0:
+            return None, 0
+        from server.engine import triton_attention
+
+        if not triton_attention.available(self.device):
+            log.info("small-step attention: Triton unavailable, FlashInfer for every step")
+            return None, 0
+        limit = {torch.bfloat16: 1e-2, torch.float16: 2e-3}.get(self.dtype, 1e-4)
+        try:
+            err = triton_attention.check(self.device, self.dtype, self.num_q_heads, self.num_kv_heads,
+                                         self.head_dim)
+        except Exception as exc:  # noqa: BLE001 - fall back, loudly
+            log.warning("small-step attention kernel failed its check (%s); FlashInfer for every step", exc)
+            return None, 0
+        if not err < limit:
+            log.warning("small-step attention kernel off by %.2e (limit %.0e); FlashInfer for every step",
+                        err, limit)
+            return None, 0
+        self.small_check_error = err
+        return triton_attention.TritonAttention(self.device, self.scale), rows
 
     def _plan_wrapper(self, wrapper, indptr: torch.Tensor) -> None:
         wrapper.plan(
@@ -119,6 +154,8 @@ class FlashInferAttention:
         )
 
     def plan(self, doc_lens: list[int]) -> object:
+        if self.small is not None and sum(doc_lens) <= self.small_rows:
+            return self.small.plan(doc_lens)
         layout = tuple(doc_lens)
         for slot in self._slots:
             if slot.layout == layout:  # same documents as a live plan: nothing to do
@@ -139,7 +176,9 @@ class FlashInferAttention:
                out: torch.Tensor | None = None) -> torch.Tensor:
         return plan.run(q, k, v, out=out)
 
-    def graph_planner(self, num_docs: int, max_rows: int) -> GraphPlanner:
+    def graph_planner(self, num_docs: int, max_rows: int):
+        if self.small is not None and max_rows <= self.small_rows:
+            return self.small.graph_planner(num_docs, max_rows)
         return GraphPlanner(self, num_docs, max_rows)
 
 
