@@ -61,6 +61,27 @@ def best_unmasked(log_probs: torch.Tensor, mask_id: int) -> tuple[torch.Tensor, 
     return log_probs.max(dim=-1)
 
 
+def selection_key(confidence: torch.Tensor, noise: torch.Tensor, row_penalty: torch.Tensor, row_temp: torch.Tensor,
+                  predicted: torch.Tensor, tokens: torch.Tensor, mask_id: int, vocab: int
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The (rows, C) key top-k ranks and each row's finiteness, in place on `confidence` and
+    `predicted` (clamped into the vocabulary).
+
+    The key is mask-aware: a still-masked position ranks above every revealed or padding one
+    whatever its score (NaN and infinities become the float32 extremes), so no score, however
+    poisoned, can pick a position that is not masked; a masked position whose score is not
+    finite fails its row's item (knobs beyond float32).
+    """
+    finite_rows = torch.isfinite(confidence).all(dim=-1)
+    scores = confidence.sub_(row_penalty).div_(row_temp).add_(noise)
+    predicted.clamp_(0, vocab - 1)  # ids inside the vocabulary, whatever the scores
+    revealed = tokens != mask_id  # (rows, C)
+    finite_rows &= scores.masked_fill(revealed, 0.0).isfinite().all(dim=-1)
+    big = torch.finfo(scores.dtype).max
+    key = scores.nan_to_num_(nan=-big, posinf=big, neginf=-big).masked_fill_(revealed, -float("inf"))
+    return key, finite_rows
+
+
 def _uniform(shape, generator: torch.Generator, device: torch.device) -> torch.Tensor:
     return torch.rand(shape, generator=generator, device=device, dtype=torch.float32)
 
@@ -85,13 +106,15 @@ class _StepLayout:
 
 
 class Sampler:
-    def __init__(self, mask_id: int, num_codebooks: int, device: torch.device, fused_scores: bool | None = None):
+    def __init__(self, mask_id: int, num_codebooks: int, device: torch.device, fused_scores: bool | None = None,
+                 fused_keys: bool | None = None):
         self.mask_id = mask_id
         self.device = device
         self.num_codebooks = num_codebooks
         self.layer_ids = torch.arange(num_codebooks, device=device, dtype=torch.float32)
         self._last: _StepLayout | None = None
         self.fused_scores = self._pick_fused_scores(fused_scores)
+        self.fused_keys = self._pick_fused_keys(fused_keys)
 
     def _pick_fused_scores(self, wanted: bool | None) -> bool:
         """Score all-CFG steps with `cfg_scores`' one-pass kernel on half-precision logits:
@@ -112,6 +135,28 @@ class Sampler:
             log.warning("CFG scoring kernel failed its check (%s); scoring in torch", result)
             return False
         log.info("CFG scoring: one-pass kernel (check: %s)", result)
+        return True
+
+    def _pick_fused_keys(self, wanted: bool | None) -> bool:
+        """Make the selection keys of steps where every item draws position noise in one
+        launch (`position_keys`): by default on CUDA (`CHORUS_FUSED_KEYS=0` turns it off), if
+        its keys equal the torch path's bit for bit."""
+        if wanted is None:
+            wanted = self.device.type == "cuda" and os.environ.get("CHORUS_FUSED_KEYS", "") != "0"
+        if not wanted:
+            return False
+        from server.engine import position_keys
+
+        try:
+            result = position_keys.check(self.device, num_codebooks=self.num_codebooks, vocab=self.mask_id + 1,
+                                         mask_id=self.mask_id)
+        except Exception as exc:  # noqa: BLE001 - fall back, loudly
+            log.warning("position-key kernel unavailable (%s); keys in torch", exc)
+            return False
+        if not position_keys.passes(result):
+            log.warning("position-key kernel differs from the torch path (%s); keys in torch", result)
+            return False
+        log.info("selection keys: one-launch kernel (bit-identical to the torch path)")
         return True
 
     def _layout(self, canvas: PackedCanvas, utts: list[Utterance]) -> _StepLayout:
@@ -165,7 +210,8 @@ class Sampler:
         Returns a device bool tensor: per item, whether its logits were finite (an item
         with non-finite logits must fail). It is not read here, so the step never waits
         for the GPU; the loop reads it once the step has finished. Every operation is
-        launched from Python, so the step uses as few as give the reference's numbers.
+        launched from Python, so the step uses as few as give the reference's numbers (on
+        CUDA the scores and the keys are one kernel each: `cfg_scores`, `position_keys`).
         """
         items = canvas.items
         layout = self._layout(canvas, utts)
@@ -179,21 +225,25 @@ class Sampler:
         else:
             log_probs = self._log_probs(logits.float(), layout)
             confidence, predicted = best_unmasked(log_probs, self.mask_id)  # (rows, C)
-        finite_rows = torch.isfinite(confidence).all(dim=-1)
-        noise = self._noise(log_probs, predicted, canvas, utts, layout)
-        scores = confidence.sub_(layout.row_penalty).div_(layout.row_temp).add_(noise)
-        predicted.clamp_(0, logits.shape[-1] - 1)  # ids inside the vocabulary, whatever the scores
-
-        # The key is mask-aware: a still-masked position ranks above every revealed or padding
-        # one whatever its score (NaN and infinities become the float32 extremes), so no score,
-        # however poisoned, can pick a position that is not masked; a masked position whose
-        # score is not finite fails its item (knobs beyond float32).
         tokens = items[0].tokens.t() if len(items) == 1 else torch.cat([item.tokens for item in items], dim=1).t()
-        revealed = tokens != self.mask_id  # (rows, C)
-        finite_rows &= scores.masked_fill(revealed, 0.0).isfinite().all(dim=-1)
-        big = torch.finfo(scores.dtype).max
-        key = scores.nan_to_num_(nan=-big, posinf=big, neginf=-big).masked_fill_(revealed, -float("inf"))
-        if len(items) == 1 and items[0].tokens.is_contiguous():
+        lone = len(items) == 1 and items[0].tokens.is_contiguous()
+        vocab = logits.shape[-1]
+
+        if self.fused_keys and layout.all_noise and not layout.any_class_sampling:
+            from server.engine.position_keys import position_keys
+
+            # the draws `_noise` makes; keys and ids come back codebook-major for a lone item
+            key, predicted, finite_rows = position_keys(
+                confidence, predicted, self._position_uniforms(canvas, utts), layout.row_penalty, layout.row_temp,
+                tokens, self.mask_id, vocab, codebook_major=lone)
+            if lone:
+                return self._select_one(items[0], key.t(), predicted.t(), k_host[0], finite_rows)
+            return self._select(items, key, predicted, tokens, k_host, finite_rows, layout)
+
+        noise = self._noise(log_probs, predicted, canvas, utts, layout)
+        key, finite_rows = selection_key(confidence, noise, layout.row_penalty, layout.row_temp, predicted, tokens,
+                                         self.mask_id, vocab)
+        if lone:
             return self._select_one(items[0], key, predicted, k_host[0], finite_rows)
         return self._select(items, key, predicted, tokens, k_host, finite_rows, layout)
 
@@ -209,6 +259,15 @@ class Sampler:
         cond = log_probs.index_select(0, layout.cfg_rows)
         log_probs.index_copy_(0, layout.cfg_rows, cfg_mix(cond, uncond, layout.cfg_scale))
         return log_probs
+
+    def _position_uniforms(self, canvas: PackedCanvas, utts: list[Utterance]) -> torch.Tensor:
+        """(rows, C) uniform draws of a step where every item draws position noise (no class
+        sampling): from each item's own generator, (C, T) as the reference draws them, laid
+        out by rows; the same draws `_noise` makes."""
+        c = self.num_codebooks
+        parts = [_uniform((c, item.target_len), utt.generator, self.device).t()
+                 for item, utt in zip(canvas.items, utts)]
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     def _noise(self, log_probs: torch.Tensor | None, predicted: torch.Tensor, canvas: PackedCanvas,
                utts: list[Utterance], layout: _StepLayout) -> torch.Tensor:

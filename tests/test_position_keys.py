@@ -1,0 +1,119 @@
+"""The one-launch selection keys against the sampler's torch path, on the CPU through Triton's
+interpreter (in a subprocess: the interpreter is chosen when Triton is imported). There the
+interpreter's `log` is numpy's, a unit in the last place off torch's now and then, so keys
+are compared to that rounding; on a GPU both call libdevice's `logf` and the sampler takes
+the kernel only when they are bit-identical (`test_kernel_on_the_gpu_is_bit_identical`)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytest.importorskip("triton")
+
+SCRIPT = textwrap.dedent("""
+    import torch
+    from server.engine import position_keys as pk
+    from server.engine.canvas import PackedCanvas
+    from server.engine.sampler import Sampler
+
+    # the start-up check's inputs (NaN, infinities, overflowing knobs, revealed positions)
+    result = pk.check("cpu")
+    assert result["id_mismatches"] == 0 and result["flag_mismatches"] == 0, result
+    assert result["key_max_abs_diff"] < 1e-5, result
+
+    # the sampler reveals the same tokens with the kernel as with the torch path: a lone
+    # item (keys codebook-major, read by top-k without a copy) and a batch of two
+    from tests.test_sampler import C, MASK, STEPS, T, V, _lone
+
+    # here keys may be a unit in the last place off (numpy's log): let the sampler take the kernel
+    pk.passes = lambda r: r["id_mismatches"] == r["flag_mismatches"] == 0 and r["key_max_abs_diff"] < 1e-5
+
+    def run(fused_keys, lone):
+        sampler = Sampler(MASK, C, torch.device("cpu"), fused_scores=False, fused_keys=fused_keys)
+        assert sampler.fused_keys is fused_keys
+        c1, u1 = _lone(1, 5.0, 2.0)
+        c2, u2 = _lone(2, 3.0, 0.0)
+        i1, i2 = c1.items[0], c2.items[0]
+        canvas = c1 if lone else PackedCanvas(torch.zeros((C, 1)), torch.zeros(1), torch.zeros(1), [1],
+                                              torch.zeros(1), [i1, i2], [0, T], [2 * T, None])
+        utts = [u1] if lone else [u1, u2]
+        gen = torch.Generator().manual_seed(9)
+        for step in range(STEPS):
+            for u in utts:
+                u.step = step
+            logits = torch.randn((2 * T if lone else 3 * T, C, V), generator=gen) * 3
+            flags = sampler.step(logits, canvas, utts)
+            assert flags.tolist() == [True] * len(utts)
+        return [u.item.tokens.clone() for u in utts]
+
+    for lone in (True, False):
+        fused, plain = run(True, lone), run(False, lone)
+        assert all(torch.equal(a, b) for a, b in zip(fused, plain)), lone
+        assert not any(bool((t == MASK).any()) for t in fused)
+    print("ok")
+""")
+
+
+def test_kernel_in_the_interpreter():
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    result = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+def test_kernel_on_the_gpu_is_bit_identical():
+    from server.engine import position_keys
+
+    for rows in (1, 300, 5000):
+        result = position_keys.check("cuda", rows=rows)
+        assert position_keys.passes(result), (rows, result)
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("items", [1, 3])
+def test_sampler_tokens_on_the_gpu_equal_the_torch_path(items):
+    """Full-size codebooks and vocabulary, the reference's 32 steps, bf16 logits: a seeded
+    request reveals the very same tokens with the kernel as without it."""
+    import types
+
+    import torch
+
+    from server.engine.canvas import CanvasItem, PackedCanvas
+    from server.engine.request import unmask_schedule
+    from server.engine.sampler import Sampler
+
+    c, v, mask, t, steps = 8, 1025, 1024, 250, 32
+
+    def run(fused_keys: bool) -> list:
+        sampler = Sampler(mask, c, torch.device("cuda"), fused_keys=fused_keys)
+        assert sampler.fused_keys is fused_keys
+        utts, canvas_items = [], []
+        for i in range(items):
+            tokens = torch.full((c, t), mask, dtype=torch.long, device="cuda")
+            item = CanvasItem(f"x#{i}", torch.zeros((c, 2), dtype=torch.long, device="cuda"),
+                              torch.zeros(2, dtype=torch.bool, device="cuda"), tokens, 2.0)
+            opts = types.SimpleNamespace(layer_penalty_factor=5.0, position_temperature=5.0, class_temperature=0.0)
+            gen = torch.Generator(device="cuda")
+            gen.manual_seed(100 + i)
+            utts.append(types.SimpleNamespace(options=opts, schedule=unmask_schedule(t, c, steps, 0.1), step=0,
+                                              generator=gen, item=item))
+            canvas_items.append(item)
+        canvas = PackedCanvas(torch.zeros((c, 1)), torch.zeros(1), torch.zeros(1), [1], torch.zeros(1), canvas_items,
+                              [i * t for i in range(items)], [(items + i) * t for i in range(items)])
+        gen = torch.Generator(device="cuda")
+        gen.manual_seed(9)
+        for step in range(steps):
+            for u in utts:
+                u.step = step
+            logits = (torch.randn((2 * items * t, c, v), generator=gen, device="cuda") * 3).to(torch.bfloat16)
+            assert sampler.step(logits, canvas, utts).tolist() == [True] * items
+        return [u.item.tokens.cpu() for u in utts]
+
+    fused, plain = run(True), run(False)
+    assert all(torch.equal(a, b) for a, b in zip(fused, plain))
+    assert not any(bool((x == mask).any()) for x in fused)
