@@ -139,8 +139,14 @@ def test_an_engine_run_with_fast_start_builds_later_chunks_on_chunk_0(engine, mo
         assert EN.startswith(ref.text) and len(ref.text) < len(EN) / 3  # the short first chunk's transcript
 
 
-def test_chunk_0_goes_to_its_decoder_before_the_later_chunks_are_built(engine, monkeypatch):
-    """Building the later chunks' canvases must not delay chunk 0's decode (its sound is due)."""
+@pytest.mark.parametrize("hold", [True, False])
+def test_chunk_0_goes_to_its_decoder_before_the_later_chunks_are_built(engine, monkeypatch, hold):
+    """Building the later chunks' canvases must not delay chunk 0's decode (its sound is due);
+    while the scheduler holds other work for that decode, they are built once its audio is out."""
+    from server.engine import scheduler as scheduler_module
+
+    monkeypatch.setattr(scheduler_module, "DECODE_HOLD_SLACK_S", 0.0)  # a slow machine: chunk 0 is still due
+    monkeypatch.setattr(engine, "_decode_hold", hold)
     order: list[tuple[str, int]] = []
     real_build, real_decode = engine_loop.build_utterance, engine.finisher.decode
 
@@ -155,11 +161,22 @@ def test_chunk_0_goes_to_its_decoder_before_the_later_chunks_are_built(engine, m
     monkeypatch.setattr(engine_loop, "build_utterance", recording_build)
     monkeypatch.setattr(engine.finisher, "decode", recording_decode)
     collector = Collector()
+
+    def sink(event):
+        if isinstance(event, ChunkAudio):
+            order.append(("audio", event.chunk))
+        collector(event)
+
+    rid = f"order-{hold}"
     opts = GenerationOptions(num_step=2, first_chunk_seconds=1.0, **GREEDY)
-    accepted = engine.submit(SynthesisRequest("order", EN, options=opts), collector)
-    collector.wait(["order"])
-    assert collector.outcome("order") == "done" and accepted.chunks >= 2
-    assert order[:3] == [("build", 0), ("decode", 0), ("build", 1)], order
+    accepted = engine.submit(SynthesisRequest(rid, EN, options=opts), sink)
+    collector.wait([rid])
+    assert collector.outcome(rid) == "done" and accepted.chunks >= 2
+    assert order[:2] == [("build", 0), ("decode", 0)], order
+    if hold:
+        assert order[2:4] == [("audio", 0), ("build", 1)], order
+    else:
+        assert order.index(("build", 1)) == 2, order
 
 
 def test_fast_start_over_the_websocket_and_http(chorus_server):

@@ -79,6 +79,8 @@ class EngineLoop:
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
         self._inflight: deque[LaunchedStep] = deque()  # launched, not yet settled
+        # request id -> chunk 0 as a voice: its later chunks are built once its audio is out
+        self._deferred_builds: dict[str, VoicePrompt] = {}
         self._last_launch = 0.0  # perf_counter of the last step's launch
         self._accepting = True
         self._closed = False  # the thread has exited: queued commands would never run
@@ -230,6 +232,7 @@ class EngineLoop:
         elif isinstance(command, ChunkDecoded):
             self.scheduler.decoded(command.state.request_id, command.index)
             self._chunk_decoded(command)
+            self._build_deferred(command.state)
         elif isinstance(command, WholeReady):
             if not command.state.finished:
                 self._send_audio(command.state, 0, command.audio, final=True)
@@ -323,8 +326,11 @@ class EngineLoop:
     def _complete_chunk(self, utt: Utterance) -> None:
         """A chunk's last step has run: hand it to the finisher, then queue later chunks on it.
 
-        The decode goes first: building the later chunks' canvases (a millisecond or more of
-        tokenising and copies for a long text) must not delay the sound the listener waits for.
+        The decode goes first, and when the scheduler holds other work until this chunk's
+        audio is out (its sound is due), a long text's later chunks are built only then:
+        their build (tokenising, copies; a few milliseconds on a busy host) would hold the
+        interpreter lock the decode and post-processing need, for chunks that could not step
+        before that audio anyway.
         """
         state = utt.state
         index = utt.chunk_index
@@ -332,12 +338,20 @@ class EngineLoop:
         ready = torch.cuda.Event() if self.device.type == "cuda" else None
         if ready is not None:
             ready.record()
-        if self._decode_hold:
-            self.scheduler.await_decode(utt, time.perf_counter())
+        held = self._decode_hold and self.scheduler.await_decode(utt, time.perf_counter())
         postprocess = None if state.request.stream == "whole" else state.request.options.postprocess
         self.finisher.decode(state, index, tokens, ready, state.ref_rms, postprocess)
         if state.plan.chained and index == 0:
             chunk0 = VoicePrompt(tokens=tokens, text=state.plan.chunks[0].text, rms=0.0)
+            if held:
+                self._deferred_builds[state.request_id] = chunk0
+            else:
+                self._build(state, range(1, state.num_chunks), chunk0)
+
+    def _build_deferred(self, state: RequestState) -> None:
+        """Chunk 0's audio is out: build the later chunks that waited for it."""
+        chunk0 = self._deferred_builds.pop(state.request_id, None)
+        if chunk0 is not None and not state.finished:
             self._build(state, range(1, state.num_chunks), chunk0)
 
     def _chunk_decoded(self, done: ChunkDecoded) -> None:
@@ -365,6 +379,7 @@ class EngineLoop:
             return
         state.finished = True
         self.scheduler.drop_request(state.request_id)
+        self._deferred_builds.pop(state.request_id, None)
         self._states.pop(state.request_id, None)
         with self._lock:
             self._live_ids.discard(state.request_id)
