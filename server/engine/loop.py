@@ -26,7 +26,15 @@ from server.config import EngineSettings
 from server.engine.codec import Codec
 from server.engine.commands import Cancel, ChunkDecoded, FinishFailed, Submit, Wake, WholeReady
 from server.engine.finisher import Finisher
-from server.engine.request import RequestState, Utterance, as_torch_voice, build_utterance, packed_len_of, plan_request
+from server.engine.request import (
+    RequestState,
+    Utterance,
+    as_torch_voice,
+    build_utterance,
+    packed_len_bound,
+    packed_len_of,
+    plan_request,
+)
 from server.engine.runner import LaunchedStep, StepRunner
 from server.engine.scheduler import Scheduler, StepLog, StepRecord
 from server.engine.types import (
@@ -154,7 +162,10 @@ class EngineLoop:
             self._seq += 1
         state = RequestState(request=request, plan=plan, sink=sink, seq=seq, seed=seed & ((1 << 64) - 1))
         for index in range(state.num_chunks):
-            self.scheduler.refuse_if_too_big(index, packed_len_of(self.model, state, index))
+            # a later chunk that fits even by an upper bound is tokenised when it is built,
+            # off this path: a long text's first sound waits for chunk 0 alone
+            if index == 0 or not self.scheduler.fits_alone(packed_len_bound(state, index)):
+                self.scheduler.refuse_if_too_big(index, packed_len_of(self.model, state, index))
         with self._lock:
             self._refuse_if_closed_or_live(request.request_id)
             if admit is not None:

@@ -268,6 +268,15 @@ class Utterance:
         return self.item.packed_len
 
 
+def _prefix_strings(text: str, ref_text: str | None, has_ref: bool, language: str | None, instruct: str | None,
+                    denoise: bool) -> tuple[str, str]:
+    """The style string and the wrapped text string `_prepare_inference_inputs` tokenises."""
+    style = "<|denoise|>" if (denoise and has_ref) else ""
+    style += f"<|lang_start|>{language or 'None'}<|lang_end|>"
+    style += f"<|instruct_start|>{instruct or 'None'}<|instruct_end|>"
+    return style, f"<|text_start|>{combine_text(ref_text=ref_text, text=text)}<|text_end|>"
+
+
 def text_prefix_ids(model, text: str, ref_text: str | None, has_ref: bool, language: str | None,
                     instruct: str | None, denoise: bool) -> torch.Tensor:
     """Style and text token ids (1-D, CPU), exactly as `_prepare_inference_inputs` makes them.
@@ -275,11 +284,8 @@ def text_prefix_ids(model, text: str, ref_text: str | None, has_ref: bool, langu
     Built on the host so admitting a request never copies through a synchronising
     pageable transfer on the GPU stream; tests check equality with the reference's canvas.
     """
-    style = "<|denoise|>" if (denoise and has_ref) else ""
-    style += f"<|lang_start|>{language or 'None'}<|lang_end|>"
-    style += f"<|instruct_start|>{instruct or 'None'}<|instruct_end|>"
+    style, wrapped = _prefix_strings(text, ref_text, has_ref, language, instruct, denoise)
     style_ids = model.text_tokenizer(style, return_tensors="pt").input_ids[0]
-    wrapped = f"<|text_start|>{combine_text(ref_text=ref_text, text=text)}<|text_end|>"
     text_ids = tokenize_with_nonverbal_tags(wrapped, model.text_tokenizer)[0]
     return torch.cat([style_ids, text_ids]).long()
 
@@ -323,19 +329,37 @@ def build_utterance(model, state: RequestState, chunk_index: int, ref: VoiceProm
     return Utterance(state=state, chunk_index=chunk_index, item=item, schedule=schedule, generator=generator)
 
 
+def _chunk_reference(state: RequestState, chunk_index: int) -> tuple[str | None, int, bool]:
+    """(reference transcript, reference frames, has a reference) of a chunk's canvas."""
+    voice = state.request.voice
+    if state.plan.chained and chunk_index > 0:
+        return state.plan.chunks[0].text, state.plan.chunks[0].target_len, True
+    return (voice.text, voice.num_frames, True) if voice else (None, 0, False)
+
+
+def _packed_len(state: RequestState, chunk_index: int, n_text: int) -> int:
+    chunk = state.plan.chunks[chunk_index]
+    cond = n_text + _chunk_reference(state, chunk_index)[1] + chunk.target_len
+    return cond + (chunk.target_len if state.request.options.guidance_scale != 0 else 0)
+
+
 def packed_len_of(model, state: RequestState, chunk_index: int) -> int:
     """Exact packed length of a chunk before its canvas exists (budget check at submission)."""
     chunk = state.plan.chunks[chunk_index]
-    opts = state.request.options
-    voice = state.request.voice
-    ref_text, ref_len = (voice.text, voice.num_frames) if voice else (None, 0)
-    has_ref = voice is not None
-    if state.plan.chained and chunk_index > 0:
-        ref_text, ref_len = state.plan.chunks[0].text, state.plan.chunks[0].target_len
-        has_ref = True
+    ref_text, _, has_ref = _chunk_reference(state, chunk_index)
     text_ids = text_prefix_ids(model, chunk.text, ref_text, has_ref, state.plan.language, state.plan.instruct,
-                               opts.denoise)
+                               state.request.options.denoise)
     state.text_ids[chunk_index] = text_ids  # the canvas reuses them
-    n_text = int(text_ids.shape[0])
-    cond = n_text + ref_len + chunk.target_len
-    return cond + (chunk.target_len if opts.guidance_scale != 0 else 0)
+    return _packed_len(state, chunk_index, int(text_ids.shape[0]))
+
+
+def packed_len_bound(state: RequestState, chunk_index: int) -> int:
+    """An upper bound of `packed_len_of` without tokenising, for the budget check of chunks
+    built later. A byte-level BPE token covers at least one UTF-8 byte, and Unicode
+    normalisation (NFC) at most triples a string's bytes; four tokens a byte and a margin for
+    special tokens bound any tokenizer that keeps to either."""
+    chunk = state.plan.chunks[chunk_index]
+    ref_text, _, has_ref = _chunk_reference(state, chunk_index)
+    style, wrapped = _prefix_strings(chunk.text, ref_text, has_ref, state.plan.language, state.plan.instruct,
+                                     state.request.options.denoise)
+    return _packed_len(state, chunk_index, 4 * len((style + wrapped).encode("utf-8")) + 64)
