@@ -100,6 +100,15 @@ def test_chorus_bench_cli_help_and_cpu_refusal():
         assert run.returncode == 2 and "CUDA" in run.stderr
 
 
+def test_attention_sweep_refuses_a_machine_without_cuda():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: the sweep would run")
+    run = subprocess.run([sys.executable, "-m", "bench.attention_sweep"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and "CUDA" in run.stderr
+
+
 def test_bench_graph_limit_must_be_a_histogram_bucket(capsys):
     from bench.cli import build_parser
 
