@@ -41,21 +41,7 @@ CONFIDENCE_LIMIT = 1e-4  # max |difference| of a confidence (values are ~ -1..-2
 AGREEMENT_LIMIT = 0.999  # share of predicted ids equal to the torch path's
 
 if triton is not None:
-    from triton.language.extra import libdevice
-
-    @triton.jit
-    def _exp(x, INTERPRET: tl.constexpr):
-        if INTERPRET:  # the interpreter cannot call libdevice
-            return tl.exp(x)
-        else:
-            return libdevice.exp(x)
-
-    @triton.jit
-    def _log(x, INTERPRET: tl.constexpr):
-        if INTERPRET:
-            return tl.log(x)
-        else:
-            return libdevice.log(x)
+    from server.engine.triton_libm import libm_exp as _exp, libm_log as _log
 
     @triton.jit
     def _log_softmax(x, keep, INTERPRET: tl.constexpr):

@@ -33,21 +33,7 @@ except Exception:  # noqa: BLE001
 BLOCK_ROWS = 128
 
 if triton is not None:
-    from triton.language.extra import libdevice
-
-    @triton.jit
-    def _logf(x, INTERPRET: tl.constexpr):
-        if INTERPRET:  # the interpreter cannot call libdevice
-            return tl.log(x)
-        else:
-            return libdevice.log(x)
-
-    @triton.jit
-    def _div(x, y, INTERPRET: tl.constexpr):
-        if INTERPRET:
-            return x / y
-        else:
-            return tl.math.div_rn(x, y)
+    from server.engine.triton_libm import ieee_div as _div, libm_log as _logf
 
     @triton.jit
     def _isfinite(x):

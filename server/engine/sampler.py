@@ -24,6 +24,7 @@ fails its own item through the finiteness flags; the other items step on unchang
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 from dataclasses import dataclass
@@ -113,50 +114,30 @@ class Sampler:
         self.num_codebooks = num_codebooks
         self.layer_ids = torch.arange(num_codebooks, device=device, dtype=torch.float32)
         self._last: _StepLayout | None = None
-        self.fused_scores = self._pick_fused_scores(fused_scores)
-        self.fused_keys = self._pick_fused_keys(fused_keys)
+        self.fused_scores = self._pick_kernel(fused_scores, "CHORUS_FUSED_SCORES", "cfg_scores", "CFG scoring")
+        self.fused_keys = self._pick_kernel(fused_keys, "CHORUS_FUSED_KEYS", "position_keys", "selection keys")
 
-    def _pick_fused_scores(self, wanted: bool | None) -> bool:
-        """Score all-CFG steps with `cfg_scores`' one-pass kernel on half-precision logits:
-        by default on CUDA (`CHORUS_FUSED_SCORES=0` turns it off), if its check passes."""
+    def _pick_kernel(self, wanted: bool | None, switch: str, module_name: str, what: str) -> bool:
+        """Whether a Triton kernel module of the sampler (`cfg_scores`: an all-CFG step's
+        scoring in one pass over half-precision logits; `position_keys`: the selection keys in
+        one launch) replaces its torch ops: by default on CUDA (`switch=0` turns it off), and
+        only if the module's start-up check against those ops `passes` (confidences to float32
+        rounding with the same ids; keys bit for bit)."""
         if wanted is None:
-            wanted = self.device.type == "cuda" and os.environ.get("CHORUS_FUSED_SCORES", "") != "0"
+            wanted = self.device.type == "cuda" and os.environ.get(switch, "") != "0"
         if not wanted:
             return False
-        from server.engine import cfg_scores
-
+        module = importlib.import_module(f"server.engine.{module_name}")
         try:
-            result = cfg_scores.check(self.device, num_codebooks=self.num_codebooks, vocab=self.mask_id + 1,
-                                      mask_id=self.mask_id)
+            result = module.check(self.device, num_codebooks=self.num_codebooks, vocab=self.mask_id + 1,
+                                  mask_id=self.mask_id)
         except Exception as exc:  # noqa: BLE001 - fall back, loudly
-            log.warning("CFG scoring kernel unavailable (%s); scoring in torch", exc)
+            log.warning("%s kernel unavailable (%s); using torch", what, exc)
             return False
-        if not cfg_scores.passes(result):
-            log.warning("CFG scoring kernel failed its check (%s); scoring in torch", result)
+        if not module.passes(result):
+            log.warning("%s kernel failed its check (%s); using torch", what, result)
             return False
-        log.info("CFG scoring: one-pass kernel (check: %s)", result)
-        return True
-
-    def _pick_fused_keys(self, wanted: bool | None) -> bool:
-        """Make the selection keys of steps where every item draws position noise in one
-        launch (`position_keys`): by default on CUDA (`CHORUS_FUSED_KEYS=0` turns it off), if
-        its keys equal the torch path's bit for bit."""
-        if wanted is None:
-            wanted = self.device.type == "cuda" and os.environ.get("CHORUS_FUSED_KEYS", "") != "0"
-        if not wanted:
-            return False
-        from server.engine import position_keys
-
-        try:
-            result = position_keys.check(self.device, num_codebooks=self.num_codebooks, vocab=self.mask_id + 1,
-                                         mask_id=self.mask_id)
-        except Exception as exc:  # noqa: BLE001 - fall back, loudly
-            log.warning("position-key kernel unavailable (%s); keys in torch", exc)
-            return False
-        if not position_keys.passes(result):
-            log.warning("position-key kernel differs from the torch path (%s); keys in torch", result)
-            return False
-        log.info("selection keys: one-launch kernel (bit-identical to the torch path)")
+        log.info("%s: one Triton kernel (check: %s)", what, result)
         return True
 
     def _layout(self, canvas: PackedCanvas, utts: list[Utterance]) -> _StepLayout:
