@@ -62,6 +62,15 @@ class TorchAttention:
         return out
 
 
+def graph_layout(doc_lens: list[int], num_docs: int, max_rows: int) -> tuple[int, ...]:
+    """`doc_lens` as the layout of a graph captured for exactly `num_docs` documents over
+    `max_rows` rows (a CUDA graph planner's key); any other shape is refused."""
+    if len(doc_lens) != num_docs or sum(doc_lens) != max_rows:
+        raise ValueError(f"graph plan wants {num_docs} documents over {max_rows} rows, "
+                         f"got {len(doc_lens)} over {sum(doc_lens)}")
+    return tuple(doc_lens)
+
+
 def head_dim_of(llm_config) -> int:
     """Per-head width of a Qwen3 config (`head_dim`, else hidden size over heads)."""
     return getattr(llm_config, "head_dim", None) or llm_config.hidden_size // llm_config.num_attention_heads

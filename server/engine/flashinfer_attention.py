@@ -30,6 +30,8 @@ from dataclasses import dataclass
 
 import torch
 
+from server.engine.attention import graph_layout
+
 log = logging.getLogger(__name__)
 
 FLASHINFER_VERSION = "0.6.15.post1"
@@ -129,20 +131,15 @@ class FlashInferAttention:
         if rows <= 0:
             return None, 0
         from server.engine import triton_attention
+        from server.engine.triton_env import checked_error
 
         if not triton_attention.available(self.device):
             log.info("small-step attention: Triton unavailable, FlashInfer for every step")
             return None, 0
-        limit = {torch.bfloat16: 1e-2, torch.float16: 2e-3}.get(self.dtype, 1e-4)
-        try:
-            err = triton_attention.check(self.device, self.dtype, self.num_q_heads, self.num_kv_heads,
-                                         self.head_dim)
-        except Exception as exc:  # noqa: BLE001 - fall back, loudly
-            log.warning("small-step attention kernel failed its check (%s); FlashInfer for every step", exc)
-            return None, 0
-        if not err < limit:
-            log.warning("small-step attention kernel off by %.2e (limit %.0e); FlashInfer for every step",
-                        err, limit)
+        err = checked_error("small-step attention", lambda: triton_attention.check(
+            self.device, self.dtype, self.num_q_heads, self.num_kv_heads, self.head_dim),
+            self.dtype, "FlashInfer for every step")
+        if err is None:
             return None, 0
         self.small_check_error = err
         return triton_attention.TritonAttention(self.device, self.scale), rows
@@ -201,10 +198,7 @@ class GraphPlanner:
         self._layout: tuple[int, ...] | None = None
 
     def plan(self, doc_lens: list[int]) -> object:
-        if len(doc_lens) != self.num_docs or sum(doc_lens) != self.max_rows:
-            raise ValueError(f"graph plan wants {self.num_docs} documents over {self.max_rows} rows, "
-                             f"got {len(doc_lens)} over {sum(doc_lens)}")
-        layout = tuple(doc_lens)
+        layout = graph_layout(doc_lens, self.num_docs, self.max_rows)
         if layout == self._layout:  # a steady step: the plan in the workspace still holds
             return self.wrapper
         if self._planned is not None:

@@ -109,19 +109,15 @@ class FusedBackbone:
         if not wanted:
             return "separate"
         from server.engine import qk_norm_rope
+        from server.engine.triton_env import checked_error
 
         if not qk_norm_rope.available(self.device if self.device.type == "cuda" else None):
             log.info("q/k norm + RoPE: Triton unavailable, using separate kernels")
             return "separate"
-        limit = {torch.bfloat16: 1e-2, torch.float16: 2e-3}.get(self.dtype, 1e-4)
-        try:
-            err = qk_norm_rope.check(self.device, self.dtype, self.num_q_heads, self.num_kv_heads,
-                                     self.head_dim, self.eps, self.rope_theta)
-        except Exception as exc:  # noqa: BLE001 - fall back, loudly
-            log.warning("q/k norm + RoPE kernel failed its check (%s); using separate kernels", exc)
-            return "separate"
-        if not err < limit:
-            log.warning("q/k norm + RoPE kernel off by %.2e (limit %.0e); using separate kernels", err, limit)
+        err = checked_error("q/k norm + RoPE", lambda: qk_norm_rope.check(
+            self.device, self.dtype, self.num_q_heads, self.num_kv_heads, self.head_dim, self.eps, self.rope_theta),
+            self.dtype, "using separate kernels")
+        if err is None:
             return "separate"
         self.qk_rope_check_error = err
         return "triton"

@@ -337,20 +337,22 @@ def _chunk_reference(state: RequestState, chunk_index: int) -> tuple[str | None,
     return (voice.text, voice.num_frames, True) if voice else (None, 0, False)
 
 
-def _packed_len(state: RequestState, chunk_index: int, n_text: int) -> int:
+def _packed_len(state: RequestState, chunk_index: int, n_text: int, ref_len: int) -> int:
+    """A chunk's packed length: its prefix (text, reference audio) and target, and the target
+    again for CFG."""
     chunk = state.plan.chunks[chunk_index]
-    cond = n_text + _chunk_reference(state, chunk_index)[1] + chunk.target_len
+    cond = n_text + ref_len + chunk.target_len
     return cond + (chunk.target_len if state.request.options.guidance_scale != 0 else 0)
 
 
 def packed_len_of(model, state: RequestState, chunk_index: int) -> int:
     """Exact packed length of a chunk before its canvas exists (budget check at submission)."""
     chunk = state.plan.chunks[chunk_index]
-    ref_text, _, has_ref = _chunk_reference(state, chunk_index)
+    ref_text, ref_len, has_ref = _chunk_reference(state, chunk_index)
     text_ids = text_prefix_ids(model, chunk.text, ref_text, has_ref, state.plan.language, state.plan.instruct,
                                state.request.options.denoise)
     state.text_ids[chunk_index] = text_ids  # the canvas reuses them
-    return _packed_len(state, chunk_index, int(text_ids.shape[0]))
+    return _packed_len(state, chunk_index, int(text_ids.shape[0]), ref_len)
 
 
 def packed_len_bound(state: RequestState, chunk_index: int) -> int:
@@ -359,7 +361,7 @@ def packed_len_bound(state: RequestState, chunk_index: int) -> int:
     normalisation (NFC) at most triples a string's bytes; four tokens a byte and a margin for
     special tokens bound any tokenizer that keeps to either."""
     chunk = state.plan.chunks[chunk_index]
-    ref_text, _, has_ref = _chunk_reference(state, chunk_index)
+    ref_text, ref_len, has_ref = _chunk_reference(state, chunk_index)
     style, wrapped = _prefix_strings(chunk.text, ref_text, has_ref, state.plan.language, state.plan.instruct,
                                      state.request.options.denoise)
-    return _packed_len(state, chunk_index, 4 * len((style + wrapped).encode("utf-8")) + 64)
+    return _packed_len(state, chunk_index, 4 * len((style + wrapped).encode("utf-8")) + 64, ref_len)

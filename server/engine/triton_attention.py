@@ -20,6 +20,7 @@ import math
 
 import torch
 
+from server.engine.attention import TorchAttention, graph_layout
 from server.engine.triton_env import INTERPRET
 
 try:  # Triton is optional: CPU installs and machines without it use the other backends
@@ -176,10 +177,7 @@ class TritonGraphPlanner:
         self._layout: tuple[int, ...] | None = None
 
     def plan(self, doc_lens: list[int]) -> TritonPlan:
-        if len(doc_lens) != self.num_docs or sum(doc_lens) != self.max_rows:
-            raise ValueError(f"graph plan wants {self.num_docs} documents over {self.max_rows} rows, "
-                             f"got {len(doc_lens)} over {sum(doc_lens)}")
-        layout = tuple(doc_lens)
+        layout = graph_layout(doc_lens, self.num_docs, self.max_rows)
         if layout != self._layout:  # queued on the stream after every replay already launched
             _to_device(tile_table(doc_lens, tiles=self.tiles.shape[0]), self.tiles.device, self.tiles)
             self._layout = layout
@@ -190,8 +188,6 @@ def check(device, dtype: torch.dtype, num_q_heads: int, num_kv_heads: int, head_
           doc_lens: tuple[int, ...] = (287, 250, 1, 70)) -> float:
     """Relative error of the kernel against per-document SDPA in float32 on random data
     (half-precision rounding is about 4e-3 in bfloat16); raises when the kernel cannot run."""
-    from server.engine.attention import TorchAttention
-
     gen = torch.Generator(device="cpu").manual_seed(2)
     seq, scale = sum(doc_lens), head_dim**-0.5
     q, k, v = (torch.randn(seq, h, head_dim, generator=gen) for h in (num_q_heads, num_kv_heads, num_kv_heads))

@@ -1,9 +1,41 @@
-"""Whether Triton runs in its CPU interpreter (`TRITON_INTERPRET`, as Triton reads it): the
-engine's kernels then take the interpreter's branches (no libdevice) and run on CPU tensors,
-which is how their CPU tests exercise them."""
+"""Where the engine's Triton kernels run, and whether they may.
+
+`INTERPRET`: whether Triton runs in its CPU interpreter (`TRITON_INTERPRET`, as Triton reads
+it): the engine's kernels then take the interpreter's branches (no libdevice) and run on CPU
+tensors, which is how their CPU tests exercise them. `checked_error`: the start-up gate of a
+kernel that replaces torch arithmetic only when its error against float32 is within the
+model dtype's rounding.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
+from collections.abc import Callable
+
+import torch
+
+log = logging.getLogger(__name__)
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "").strip().lower() in ("1", "true", "on", "yes")
+
+
+def check_limit(dtype: torch.dtype) -> float:
+    """The relative error a kernel's check may show against float32: about twice half
+    precision's rounding (bf16 ~4e-3), float32's own elsewhere."""
+    return {torch.bfloat16: 1e-2, torch.float16: 2e-3}.get(dtype, 1e-4)
+
+
+def checked_error(what: str, check: Callable[[], float], dtype: torch.dtype, fallback: str) -> float | None:
+    """Run a kernel's start-up `check` (its relative error against float32 arithmetic): the
+    error when within `check_limit(dtype)`, else None, logged with what is used instead."""
+    try:
+        err = check()
+    except Exception as exc:  # noqa: BLE001 - fall back, loudly
+        log.warning("%s kernel failed its check (%s); %s", what, exc, fallback)
+        return None
+    limit = check_limit(dtype)
+    if not err < limit:
+        log.warning("%s kernel off by %.2e (limit %.0e); %s", what, err, limit, fallback)
+        return None
+    return err
