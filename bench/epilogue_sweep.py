@@ -1,0 +1,120 @@
+"""The fused GEMM epilogues against cuBLAS plus the separate kernel, call by call (CUDA).
+
+`python -m bench.epilogue_sweep --out sweep.json`: at packed-row counts from a fast-start
+first chunk (135) to the 256 mix's ~34k, the full-size model's QKV projection followed by
+the q/k norm + RoPE kernel, and its gate-up projection followed by FlashInfer's SiLU gate,
+each against the one-kernel Triton GEMM of `bench/gemm_epilogues.py` at several tile shapes;
+microseconds a call (28 calls replayed from a CUDA graph) and the largest relative
+difference from the unfused path. Its result is why the engine keeps cuBLAS and the
+separate kernels (`bench/results/*-epilogue-sweep.json`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import sys
+
+import torch
+import torch.nn.functional as F
+
+from bench.attention_sweep import per_call_us
+
+HIDDEN, HQ, HKV, D, INTER = 1024, 16, 8, 128, 3072
+EPS, THETA = 1e-6, 1e6
+ROWS = (135, 544, 1088, 1605, 2304, 4296, 8592, 17000, 34256)
+QKV_SHAPES = [(bm, 64, bk, w, s) for bm, bk, w, s in itertools.product((64, 128), (64, 128), (4, 8), (3, 4))]
+GATE_UP_SHAPES = [(bm, bn, 64, w, s) for bm, bn, w, s in itertools.product((64, 128), (64, 128), (4, 8), (3, 4))]
+
+
+def _silu_and_mul():
+    try:
+        from flashinfer.activation import silu_and_mul
+
+        return silu_and_mul, "flashinfer"
+    except Exception:  # noqa: BLE001
+        from server.engine.kernels import TorchOps
+
+        return TorchOps.silu_and_mul, "torch"
+
+
+def sweep(rows_list=ROWS) -> dict:
+    from bench import gemm_epilogues as ge
+    from server.engine.qk_norm_rope import qk_norm_rope
+
+    torch.manual_seed(0)
+    dev, dtype = torch.device("cuda"), torch.bfloat16
+    w_qkv = torch.randn((HQ + 2 * HKV) * D, HIDDEN, device=dev, dtype=dtype) * HIDDEN**-0.5
+    w_gu = torch.randn(2 * INTER, HIDDEN, device=dev, dtype=dtype) * HIDDEN**-0.5
+    norms = (1 + 0.1 * torch.randn(2, D, device=dev)).to(dtype)
+    silu_and_mul, silu_lib = _silu_and_mul()
+    out = {"silu_and_mul": silu_lib, "rows": {}}
+    for rows in rows_list:
+        x = torch.randn(rows, HIDDEN, device=dev, dtype=dtype)
+        pos = torch.randint(0, 2048, (rows,), device=dev)
+
+        def unfused_qkv():
+            qkv = F.linear(x, w_qkv).view(rows, HQ + 2 * HKV, D)
+            q, k = qk_norm_rope(qkv, norms, pos, HQ, HKV, EPS, THETA)
+            return q, k, qkv[:, HQ + HKV:]
+
+        def unfused_gate_up():
+            return silu_and_mul(F.linear(x, w_gu))
+
+        ref_qkv, ref_gu = unfused_qkv(), unfused_gate_up()
+        row: dict = {"qkv_unfused_us": per_call_us(unfused_qkv), "gate_up_unfused_us": per_call_us(unfused_gate_up),
+                     "qkv": {}, "gate_up": {}}
+        for shape in QKV_SHAPES:
+            cfg = ge.TileConfig(*shape)
+            name = "x".join(map(str, shape))
+            try:
+                got = ge.qkv_norm_rope(x, w_qkv, norms, pos, HQ, HKV, EPS, THETA, cfg)
+                error = max(ge.relative_error(g, r) for g, r in zip(got, ref_qkv))
+                row["qkv"][name] = {"us": per_call_us(lambda: ge.qkv_norm_rope(x, w_qkv, norms, pos, HQ, HKV, EPS,
+                                                                               THETA, cfg)),
+                                    "rel_vs_unfused": round(error, 6)}
+            except Exception as exc:  # noqa: BLE001 - a shape the card cannot hold
+                row["qkv"][name] = {"error": str(exc)[:200]}
+        for shape in GATE_UP_SHAPES:
+            cfg = ge.TileConfig(*shape)
+            name = "x".join(map(str, shape))
+            try:
+                got = ge.gate_up_silu(x, w_gu, cfg)
+                row["gate_up"][name] = {"us": per_call_us(lambda: ge.gate_up_silu(x, w_gu, cfg)),
+                                        "rel_vs_unfused": round(ge.relative_error(got, ref_gu), 6)}
+            except Exception as exc:  # noqa: BLE001
+                row["gate_up"][name] = {"error": str(exc)[:200]}
+        for kind in ("qkv", "gate_up"):
+            timed = {k: v["us"] for k, v in row[kind].items() if "us" in v}
+            if timed:
+                best = min(timed, key=timed.get)
+                row[f"{kind}_best"] = {"shape": best, "us": timed[best],
+                                       "saving_us": round(row[f"{kind}_unfused_us"] - timed[best], 2)}
+        for kind, w in (("qkv", w_qkv), ("gate_up", w_gu)):  # the GEMM's rate at the best fused time
+            if best := row.get(f"{kind}_best"):
+                best["tflops"] = round(2 * rows * HIDDEN * w.shape[0] / best["us"] / 1e6, 1)
+        out["rows"][rows] = row
+        print(rows, json.dumps({k: v for k, v in row.items() if k not in ("qkv", "gate_up")}), flush=True)
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.epilogue_sweep", description=__doc__.splitlines()[0])
+    p.add_argument("--rows", default=",".join(map(str, ROWS)), help="comma-separated packed-row counts")
+    p.add_argument("--out", default=None)
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("python -m bench.epilogue_sweep needs a CUDA GPU", file=sys.stderr)
+        return 2
+    result = sweep(tuple(int(r) for r in args.rows.split(",")))
+    result["hidden"], result["inter"], result["log2_theta"] = HIDDEN, INTER, math.log2(THETA)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,55 @@
+"""The fused-epilogue GEMM experiment (`bench/gemm_epilogues.py`) computes what the unfused
+path does, on the CPU through Triton's interpreter (in a subprocess: the interpreter is chosen
+when Triton is imported): a benchmark of a wrong kernel would mean nothing."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytest.importorskip("triton")
+
+SCRIPT = textwrap.dedent("""
+    import torch
+    from bench import gemm_epilogues as ge
+
+    torch.manual_seed(0)
+    hq, hkv, d, hidden, inter = 4, 2, 32, 128, 96
+    # one row, fewer rows than a tile, several row tiles with a ragged last one
+    for rows in (1, 17, 70):
+        x = torch.randn(rows, hidden)
+        w = torch.randn((hq + 2 * hkv) * d, hidden) * hidden ** -0.5
+        norms = 1 + 0.1 * torch.randn(2, d)
+        pos = torch.randint(0, 4096, (rows,))
+        got = ge.qkv_norm_rope(x, w, norms, pos, hq, hkv, 1e-6, 1e6, ge.TileConfig(16, 16, 32, 4, 2, 2))
+        want = ge.qkv_reference(x, w, norms, pos, hq, hkv, 1e-6, 1e6)
+        assert [tuple(t.shape) for t in got] == [(rows, hq, d), (rows, hkv, d), (rows, hkv, d)]
+        assert all(t.is_contiguous() for t in got)
+        errors = [ge.relative_error(g, t) for g, t in zip(got, want)]
+        assert max(errors) < 1e-4, (rows, errors)
+        w_gu = torch.randn(2 * inter, hidden) * hidden ** -0.5
+        for bn in (16, 32):
+            out = ge.gate_up_silu(x, w_gu, ge.TileConfig(16, bn, 32, 4, 2, 2))
+            assert out.shape == (rows, inter)
+            assert ge.relative_error(out, ge.gate_up_reference(x, w_gu)) < 1e-5, (rows, bn)
+    print("ok")
+""")
+
+
+def test_kernels_in_the_interpreter():
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    result = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
+
+
+def test_sweep_refuses_a_machine_without_cuda():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA machine runs the sweep")
+    run = subprocess.run([sys.executable, "-m", "bench.epilogue_sweep"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and "CUDA" in run.stderr
