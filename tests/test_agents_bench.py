@@ -61,6 +61,15 @@ def test_combine_merges_modes_run_side_by_side(tmp_path):
         "python -m bench.agents --scheduling deadline", "python -m bench.agents --scheduling fifo"]
 
 
+def test_a_fifo_only_run_fills_only_the_fifo_keys():
+    from bench.agents import summary
+
+    s = summary(_report("fifo", 64, 170.0, 259.6, 395.4, 6.8)["modes"], 6.8, "G", "abc")
+    assert (s["agents_sustained_fifo"], s["loaded_p95_first_audio_ms_fifo"]) == (64, 395.4)
+    assert s["agents_sustained"] is s["p95_first_audio_ms"] is s["loaded_p95_first_audio_ms_deadline"] is None
+    assert s["underruns"] is None and s["throughput_ratio_deadline_vs_fifo"] is None
+
+
 def test_combine_refuses_mixed_commits_and_repeated_modes(tmp_path):
     import pytest
 
