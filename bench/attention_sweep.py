@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import sys
 
 import torch
+
+from bench.sweeps import per_call_us, run_cuda_sweep
 
 LAYOUTS = {
     "fast_start_135": [85, 50],
@@ -30,31 +30,6 @@ LAYOUTS = {
 CONFIGS = [(64, 64, 4, 2), (64, 64, 4, 3), (32, 64, 4, 2), (64, 32, 4, 2), (128, 64, 8, 2), (64, 128, 4, 2),
            (128, 32, 4, 2), (32, 32, 2, 2), (64, 64, 8, 2)]
 HQ, HKV, D = 16, 8, 128
-
-
-def per_call_us(fn, reps: int = 28, iters: int = 30) -> float:
-    """Median microseconds a call of `fn`, `reps` calls captured in one CUDA graph."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(reps):
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000 / reps)
-    return round(statistics.median(times), 2)
 
 
 def sweep() -> dict:
@@ -89,14 +64,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.attention_sweep", description=__doc__.splitlines()[0])
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("python -m bench.attention_sweep needs a CUDA GPU", file=sys.stderr)
-        return 2
-    result = sweep()
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1)
-    return 0
+    return run_cuda_sweep(p.prog, sweep, args.out)
 
 
 if __name__ == "__main__":

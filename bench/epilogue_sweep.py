@@ -15,12 +15,11 @@ import argparse
 import itertools
 import json
 import math
-import sys
 
 import torch
 import torch.nn.functional as F
 
-from bench.attention_sweep import per_call_us
+from bench.sweeps import per_call_us, run_cuda_sweep
 
 HIDDEN, HQ, HKV, D, INTER = 1024, 16, 8, 128, 3072
 EPS, THETA = 1e-6, 1e6
@@ -105,15 +104,13 @@ def main(argv=None) -> int:
     p.add_argument("--rows", default=",".join(map(str, ROWS)), help="comma-separated packed-row counts")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("python -m bench.epilogue_sweep needs a CUDA GPU", file=sys.stderr)
-        return 2
-    result = sweep(tuple(int(r) for r in args.rows.split(",")))
-    result["hidden"], result["inter"], result["log2_theta"] = HIDDEN, INTER, math.log2(THETA)
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1)
-    return 0
+
+    def run() -> dict:
+        result = sweep(tuple(int(r) for r in args.rows.split(",")))
+        result["hidden"], result["inter"], result["log2_theta"] = HIDDEN, INTER, math.log2(THETA)
+        return result
+
+    return run_cuda_sweep(p.prog, run, args.out)
 
 
 if __name__ == "__main__":

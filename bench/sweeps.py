@@ -1,0 +1,48 @@
+"""What the kernel sweeps share: a call's time from a CUDA graph of many calls, and their
+command line's ending (refuse a machine without CUDA, run, write the JSON)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from collections.abc import Callable
+
+import torch
+
+
+def per_call_us(fn, reps: int = 28, iters: int = 30) -> float:
+    """Median microseconds a call of `fn`, `reps` calls captured in one CUDA graph."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(reps):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000 / reps)
+    return round(statistics.median(times), 2)
+
+
+def run_cuda_sweep(prog: str, sweep: Callable[[], dict], out: str | None) -> int:
+    """Exit status 2 without a CUDA GPU; else run `sweep` and write its result to `out`."""
+    if not torch.cuda.is_available():
+        print(f"{prog} needs a CUDA GPU", file=sys.stderr)
+        return 2
+    result = sweep()
+    if out:
+        with open(out, "w") as f:
+            json.dump(result, f, indent=1)
+    return 0
