@@ -11,7 +11,9 @@ ones. The difference is what the server adds beyond the step's GPU cost (host wo
 hidden, contention between the step thread, decoding and the event loop); the prediction is
 what cheaper steps alone can reach. At a fixed load (arrivals scaled with capacity) latency
 scales with the step's cost, so `scale_for_target` is the step cost, as a share of today's, at
-which the model's p95 meets `--target-ms`.
+which the model's p95 meets `--target-ms`. `--caps 4,8` also simulates steps of at most that
+many requests, the rest waiting first come first served: whether a scheduler that shares less
+would do better with the same step costs.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import argparse
 import bisect
 import json
 import random
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,21 +47,26 @@ class StepCost:
 
 
 def simulate(rate_per_s: float, cost: StepCost, tokens_per_request: int, num_step: int = 32,
-             extra_ms: float = 0.0, seconds: float = 600.0, seed: int = 0) -> list[float]:
+             extra_ms: float = 0.0, seconds: float = 600.0, seed: int = 0,
+             max_running: int | None = None) -> list[float]:
     """First-audio latencies (ms) of Poisson arrivals when every step holds every request in
-    flight; a request joins at the next step boundary and is heard `extra_ms` after its last step."""
+    flight; a request joins at the next step boundary and is heard `extra_ms` after its last step.
+    With `max_running`, at most that many share a step and the rest wait first come first served."""
     rng = random.Random(seed)
     arrivals, t = [], rng.expovariate(rate_per_s / 1000.0)
     while t < seconds * 1000.0:
         arrivals.append(t)
         t += rng.expovariate(rate_per_s / 1000.0)
-    now, i, running, latencies = 0.0, 0, [], []  # running: [arrived at, steps left]
-    while i < len(arrivals) or running:
-        if not running and arrivals[i] > now:
+    cap = max_running or len(arrivals) or 1
+    now, i, queued, running, latencies = 0.0, 0, deque(), [], []  # running: [arrived at, steps left]
+    while i < len(arrivals) or queued or running:
+        if not running and not queued and arrivals[i] > now:
             now = arrivals[i]
         while i < len(arrivals) and arrivals[i] <= now:
-            running.append([arrivals[i], num_step])
+            queued.append(arrivals[i])
             i += 1
+        while queued and len(running) < cap:
+            running.append([queued.popleft(), num_step])
         now += cost(len(running) * tokens_per_request)
         for item in running:
             item[1] -= 1
@@ -88,7 +96,8 @@ def model_inputs(result: dict) -> dict:
             "extra_ms": round(extra, 2), "measured": loaded["client_first_audio_ms"]}
 
 
-def predict(result: dict, target_ms: float = 250.0, seconds: float = 600.0, seed: int = 0) -> dict:
+def predict(result: dict, target_ms: float = 250.0, seconds: float = 600.0, seed: int = 0,
+            caps: tuple[int, ...] = ()) -> dict:
     inputs = model_inputs(result)
     cost, tokens, rate, extra = inputs["cost"], inputs["tokens_per_request"], inputs["rate_per_s"], inputs["extra_ms"]
     lat = simulate(rate, cost, tokens, extra_ms=extra, seconds=seconds, seed=seed)
@@ -104,8 +113,14 @@ def predict(result: dict, target_ms: float = 250.0, seconds: float = 600.0, seed
         "measured_over_predicted_p95": round(measured["p95"] / p95, 2) if measured.get("p95") else None,
         "target_ms": target_ms,
         "scale_for_target": round(scale, 3) if scale is not None else None,
+        "capped_first_audio_ms": {str(cap): _p50_p95(simulate(rate, cost, tokens, extra_ms=extra, seconds=seconds,
+                                                              seed=seed, max_running=cap)) for cap in caps},
         "commit": result.get("summary", {}).get("commit"),
     }
+
+
+def _p50_p95(latencies: list[float]) -> dict:
+    return {"p50": round(percentile(latencies, 50), 1), "p95": round(percentile(latencies, 95), 1)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,9 +129,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--target-ms", type=float, default=250.0)
     p.add_argument("--seconds", type=float, default=600.0, help="simulated seconds of arrivals")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--caps", default="", help="comma-separated limits of requests per step to simulate "
+                   "beside sharing (first come first served past the limit), e.g. 4,8,16")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
-    emit_report(predict(json.loads(Path(args.result).read_text()), args.target_ms, args.seconds, args.seed),
+    caps = tuple(int(c) for c in args.caps.split(",") if c.strip())
+    emit_report(predict(json.loads(Path(args.result).read_text()), args.target_ms, args.seconds, args.seed, caps),
                 args.out)
     return 0
 

@@ -33,10 +33,21 @@ def test_latency_grows_with_load_and_scales_with_step_cost():
     assert doubled == pytest.approx([2 * x for x in base], rel=1e-6)
 
 
+def test_a_cap_on_requests_per_step_queues_the_rest_first_come_first_served():
+    one = simulate(50.0, COST, 500, num_step=4, seconds=20, seed=2, max_running=1)
+    shared = simulate(50.0, COST, 500, num_step=4, seconds=20, seed=2)
+    assert len(one) == len(shared) > 500
+    assert min(one) == pytest.approx(4 * 2.0)  # alone in its steps
+    assert simulate(50.0, COST, 500, num_step=4, seconds=20, seed=2, max_running=10**6) == shared
+
+
 def test_predict_on_a_committed_bench_result():
     path = Path(__file__).parents[1] / "bench" / "results" / "2026-12-01-h200-rerun.json"
-    out = predict(json.loads(path.read_text()), target_ms=250.0, seconds=120)
+    out = predict(json.loads(path.read_text()), target_ms=250.0, seconds=120, caps=(4, 10**6))
     pred, measured = out["predicted_first_audio_ms"], out["measured_first_audio_ms"]
     assert out["tokens_per_request"] == 537 and out["rate_req_per_s"] > 10
     assert 32 * out["step_cost_ms"]["535"] < pred["p50"] < pred["p95"] < measured["p95"]
     assert 0 < out["scale_for_target"] < 1
+    capped = out["capped_first_audio_ms"]
+    assert capped[str(10**6)] == {"p50": round(pred["p50"], 1), "p95": round(pred["p95"], 1)}
+    assert capped["4"]["p95"] > 0
