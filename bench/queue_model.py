@@ -52,12 +52,14 @@ def simulate(rate_per_s: float, cost: StepCost, tokens_per_request: int, num_ste
     """First-audio latencies (ms) of Poisson arrivals when every step holds every request in
     flight; a request joins at the next step boundary and is heard `extra_ms` after its last step.
     With `max_running`, at most that many share a step and the rest wait first come first served."""
+    if max_running is not None and max_running < 1:
+        raise ValueError(f"max_running must be at least 1, not {max_running}")
     rng = random.Random(seed)
     arrivals, t = [], rng.expovariate(rate_per_s / 1000.0)
     while t < seconds * 1000.0:
         arrivals.append(t)
         t += rng.expovariate(rate_per_s / 1000.0)
-    cap = max_running or len(arrivals) or 1
+    cap = max_running or max(len(arrivals), 1)
     now, i, queued, running, latencies = 0.0, 0, deque(), [], []  # running: [arrived at, steps left]
     while i < len(arrivals) or queued or running:
         if not running and not queued and arrivals[i] > now:
@@ -123,19 +125,28 @@ def _p50_p95(latencies: list[float]) -> dict:
     return {"p50": round(percentile(latencies, 50), 1), "p95": round(percentile(latencies, 95), 1)}
 
 
+def _caps(text: str) -> tuple[int, ...]:
+    try:
+        caps = tuple(int(c) for c in text.split(",") if c.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of request counts: {text!r} (e.g. 4,8,16)") from None
+    if any(c < 1 for c in caps):
+        raise argparse.ArgumentTypeError("each cap must be at least 1")
+    return caps
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.queue_model", description=__doc__.splitlines()[0])
     p.add_argument("result", help="a chorus bench result with forward, engine_single and ws_loaded")
     p.add_argument("--target-ms", type=float, default=250.0)
     p.add_argument("--seconds", type=float, default=600.0, help="simulated seconds of arrivals")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--caps", default="", help="comma-separated limits of requests per step to simulate "
-                   "beside sharing (first come first served past the limit), e.g. 4,8,16")
+    p.add_argument("--caps", type=_caps, default=(), help="comma-separated limits of requests per step to "
+                   "simulate beside sharing (first come first served past the limit), e.g. 4,8,16")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
-    caps = tuple(int(c) for c in args.caps.split(",") if c.strip())
-    emit_report(predict(json.loads(Path(args.result).read_text()), args.target_ms, args.seconds, args.seed, caps),
-                args.out)
+    emit_report(predict(json.loads(Path(args.result).read_text()), args.target_ms, args.seconds, args.seed,
+                        args.caps), args.out)
     return 0
 
 

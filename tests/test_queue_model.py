@@ -39,6 +39,18 @@ def test_a_cap_on_requests_per_step_queues_the_rest_first_come_first_served():
     assert len(one) == len(shared) > 500
     assert min(one) == pytest.approx(4 * 2.0)  # alone in its steps
     assert simulate(50.0, COST, 500, num_step=4, seconds=20, seed=2, max_running=10**6) == shared
+    with pytest.raises(ValueError):
+        simulate(50.0, COST, 500, seconds=1, max_running=0)
+
+
+def test_caps_option_refuses_nonsense(capsys):
+    from bench.queue_model import main
+
+    for bad in ("0", "4,-1", "four"):
+        with pytest.raises(SystemExit) as exc:
+            main(["unused.json", "--caps", bad])
+        assert exc.value.code == 2
+    assert "--caps" in capsys.readouterr().err
 
 
 def test_predict_on_a_committed_bench_result():
