@@ -16,7 +16,7 @@ finishes the job in registers:
 The accumulators are rounded to the model dtype before the epilogue's float32 arithmetic, as
 the separate kernels read the GEMM's stored output. `python -m bench.epilogue_sweep` times
 them against cuBLAS plus the separate kernel: with Triton 3.6's pointer-loaded, software-
-pipelined GEMM they lose at every size (the QKV one by ~50%), bar the gate-up one at 17k
+pipelined GEMM they lose at every size (the QKV one by 50-76%), bar the gate-up one at 17k
 rows and more (~4%), so the engine keeps cuBLAS. A fused epilogue pays only on a GEMM that
 matches cuBLAS first (TMA loads, warp-specialised, 128x256 tiles: CUTLASS's).
 """
