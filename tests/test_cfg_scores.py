@@ -3,12 +3,11 @@ Triton's interpreter (in a subprocess: the interpreter is chosen when Triton is 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
+
+from tests.triton_interpreter import run_in_triton_interpreter
 
 pytest.importorskip("triton")
 
@@ -73,9 +72,7 @@ SCRIPT = textwrap.dedent("""
 
 
 def test_kernel_in_the_interpreter():
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    result = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300, env=env)
-    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
+    run_in_triton_interpreter(SCRIPT)
 
 
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")

@@ -4,12 +4,13 @@ when Triton is imported): a benchmark of a wrong kernel would mean nothing."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
 
 import pytest
+
+from tests.triton_interpreter import run_in_triton_interpreter
 
 pytest.importorskip("triton")
 
@@ -41,9 +42,7 @@ SCRIPT = textwrap.dedent("""
 
 
 def test_kernels_in_the_interpreter():
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    result = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300, env=env)
-    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
+    run_in_triton_interpreter(SCRIPT)
 
 
 def test_sweep_refuses_a_machine_without_cuda():

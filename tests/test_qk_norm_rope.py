@@ -3,11 +3,11 @@ Triton's interpreter (in a subprocess: the interpreter is chosen when Triton is 
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 
 import pytest
+
+from tests.triton_interpreter import run_in_triton_interpreter
 
 pytest.importorskip("triton")
 
@@ -46,9 +46,4 @@ SCRIPT = textwrap.dedent("""
 
 
 def test_kernel_in_the_interpreter():
-    env = {"TRITON_INTERPRET": "1", "PATH": "/usr/bin:/bin"}
-    import os
-
-    env = dict(os.environ, **env)
-    result = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300, env=env)
-    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
+    run_in_triton_interpreter(SCRIPT)

@@ -5,9 +5,6 @@ every Snake1d is replaced and the module computes what it computed before."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -15,6 +12,7 @@ import torch
 from transformers import DacModel
 
 from server.engine import snake
+from tests.triton_interpreter import run_in_triton_interpreter
 
 SETUP = textwrap.dedent("""
     import torch
@@ -108,9 +106,7 @@ def _snakes(model: torch.nn.Module) -> list[torch.nn.Module]:
 
 def test_kernel_in_the_interpreter():
     pytest.importorskip("triton")
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    result = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300, env=env)
-    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
+    run_in_triton_interpreter(SCRIPT)
 
 
 def test_reference_is_the_modules_forward():

@@ -4,9 +4,6 @@ tile tables."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -15,6 +12,7 @@ import torch
 pytest.importorskip("triton")
 
 from server.engine import triton_attention as ta
+from tests.triton_interpreter import run_in_triton_interpreter
 
 SCRIPT = textwrap.dedent("""
     import torch
@@ -50,9 +48,7 @@ SCRIPT = textwrap.dedent("""
 @pytest.mark.skipif(tuple(int(x) for x in __import__("triton").__version__.split(".")[:2]) < (3, 7),
                     reason="Triton 3.6's interpreter cannot take a loaded scalar as a loop bound")
 def test_kernel_in_the_interpreter():
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    result = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300, env=env)
-    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
+    run_in_triton_interpreter(SCRIPT)
 
 
 def test_tile_table_covers_every_row_once():
