@@ -1,0 +1,268 @@
+"""cuBLASLt through ctypes: a projection's GEMM with the algorithm that times fastest, not the
+library's first guess.
+
+`F.linear` gets one kernel per shape from cuBLAS's heuristics. cuBLASLt lists several
+candidates for a shape (other tile shapes and rasterisations of the same Hopper kernel
+family); timed on an H200 the way a step runs them, another candidate is 5-20% faster at some
+row counts from 768 to 34k (`python -m bench.gemm_algos`). Torch offers no such choice on
+CUDA (its TunableOp tunes only on ROCm), hence this binding to the library torch itself has
+loaded. Only candidates whose output equals `F.linear`'s bit for bit are kept
+(`tuned_linear.py`), so the numbers never change, only the time.
+
+Row-major `y (M, N) = x (M, K) @ w (N, K)^T` is column-major `y^T = op_T(w') @ x'`: A is the
+weight (K x N, ld K, transposed), B the activation (K x M, ld K), D the output (N x M, ld N).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import statistics
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+log = logging.getLogger(__name__)
+
+_COMPUTE_32F = 68  # cublasComputeType_t CUBLAS_COMPUTE_32F
+_R_32F = 0  # cudaDataType_t CUDA_R_32F
+_DATA_TYPES = {torch.bfloat16: 14, torch.float16: 2}  # CUDA_R_16BF, CUDA_R_16F
+_DESC_TRANSA, _DESC_TRANSB = 3, 4  # cublasLtMatmulDescAttributes_t
+_PREF_MAX_WORKSPACE = 1  # cublasLtMatmulPreferenceAttributes_t
+_OP_N, _OP_T = 0, 1
+_CONFIG_ATTRS = {"id": 0, "tile": 1, "split_k": 2, "reduction": 3, "swizzle": 4, "stages": 6}
+ALIGN = 256  # the pointer alignment the heuristics assume unless told otherwise
+
+
+class CublasLtError(RuntimeError):
+    """A cuBLASLt call returned a status other than success."""
+
+
+class Algo(ctypes.Structure):
+    """cublasLtMatmulAlgo_t: opaque, plain data."""
+
+    _fields_ = [("data", ctypes.c_uint64 * 8)]
+
+
+class _HeuristicResult(ctypes.Structure):
+    _fields_ = [("algo", Algo), ("workspace_size", ctypes.c_size_t), ("state", ctypes.c_int),
+                ("waves", ctypes.c_float), ("reserved", ctypes.c_int * 4)]
+
+
+def _loaded_library() -> str | None:
+    """Path of the libcublasLt torch has loaded, so both share one copy."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.rsplit(None, 1)[-1]
+                if "libcublasLt.so" in path:
+                    return path
+    except OSError:
+        pass
+    return None
+
+
+class CublasLt:
+    """The library, one handle and one shape-free matmul description per dtype.
+
+    Only algorithms that need no workspace are used: a GEMM then shares nothing with any
+    other, whatever stream or graph it runs in."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        one = torch.ones(8, 8, device=device, dtype=torch.bfloat16)
+        torch.mm(one, one)  # torch loads cuBLAS and cuBLASLt on first use
+        self.path = _loaded_library() or "libcublasLt.so"
+        lib = self.lib = ctypes.CDLL(self.path)
+        vp, sz, i32, u64 = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_uint64
+        lib.cublasLtMatmul.argtypes = [vp] * 14 + [sz, vp]
+        lib.cublasLtMatmulAlgoGetHeuristic.argtypes = [vp] * 7 + [i32, vp, vp]
+        lib.cublasLtMatmulAlgoCheck.argtypes = [vp] * 8
+        lib.cublasLtMatrixLayoutCreate.argtypes = [vp, i32, u64, u64, ctypes.c_int64]
+        lib.cublasLtMatrixLayoutDestroy.argtypes = [vp]
+        lib.cublasLtGetVersion.restype = sz
+        self.version = int(lib.cublasLtGetVersion())
+        self.handle = vp()
+        self.check(lib.cublasLtCreate(ctypes.byref(self.handle)), "cublasLtCreate")
+        self._descs: dict[torch.dtype, ctypes.c_void_p] = {}
+        self.alpha, self.beta = ctypes.c_float(1.0), ctypes.c_float(0.0)
+
+    @staticmethod
+    def check(status: int, what: str) -> None:
+        if status != 0:
+            raise CublasLtError(f"{what} failed with cuBLAS status {status}")
+
+    def desc(self, dtype: torch.dtype) -> ctypes.c_void_p:
+        """y^T = op_T(A) @ B in float32 accumulation (the same for every shape)."""
+        if dtype not in self._descs:
+            desc = ctypes.c_void_p()
+            self.check(self.lib.cublasLtMatmulDescCreate(ctypes.byref(desc), _COMPUTE_32F, _R_32F),
+                       "cublasLtMatmulDescCreate")
+            for attr, op in ((_DESC_TRANSA, _OP_T), (_DESC_TRANSB, _OP_N)):
+                val = ctypes.c_int32(op)
+                self.check(self.lib.cublasLtMatmulDescSetAttribute(desc, attr, ctypes.byref(val), 4),
+                           "cublasLtMatmulDescSetAttribute")
+            self._descs[dtype] = desc
+        return self._descs[dtype]
+
+    def layout(self, dtype: torch.dtype, rows: int, cols: int, ld: int) -> ctypes.c_void_p:
+        out = ctypes.c_void_p()
+        self.check(self.lib.cublasLtMatrixLayoutCreate(ctypes.byref(out), _DATA_TYPES[dtype], rows, cols, ld),
+                   "cublasLtMatrixLayoutCreate")
+        return out
+
+    def config(self, algo: Algo) -> dict:
+        """What an algorithm is (tile, split-K, stages...), for reports; -1 where unreadable."""
+        out = {}
+        for name, attr in _CONFIG_ATTRS.items():
+            val, written = ctypes.c_uint32(), ctypes.c_size_t()
+            status = self.lib.cublasLtMatmulAlgoConfigGetAttribute(
+                ctypes.byref(algo), attr, ctypes.byref(val), ctypes.sizeof(val), ctypes.byref(written))
+            out[name] = int(val.value) if status == 0 else -1
+        return out
+
+
+class LtGemm:
+    """`y = x @ w.T` for one shape (m rows, n out features, k in features, dtype)."""
+
+    def __init__(self, lt: CublasLt, m: int, n: int, k: int, dtype: torch.dtype):
+        self.lt, self.m, self.n, self.k, self.dtype = lt, m, n, k, dtype
+        self.desc = lt.desc(dtype)
+        self.a = lt.layout(dtype, k, n, k)
+        self.b = lt.layout(dtype, k, m, k)
+        self.d = lt.layout(dtype, n, m, n)
+
+    def close(self) -> None:
+        for layout in (self.a, self.b, self.d):
+            self.lt.lib.cublasLtMatrixLayoutDestroy(layout)
+        self.a = self.b = self.d = None
+
+    def candidates(self, count: int = 16) -> list[Algo]:
+        """The heuristics' list for this shape, best guess first."""
+        lt = self.lt
+        pref = ctypes.c_void_p()
+        lt.check(lt.lib.cublasLtMatmulPreferenceCreate(ctypes.byref(pref)), "cublasLtMatmulPreferenceCreate")
+        try:
+            ws = ctypes.c_uint64(0)
+            lt.check(lt.lib.cublasLtMatmulPreferenceSetAttribute(pref, _PREF_MAX_WORKSPACE, ctypes.byref(ws), 8),
+                     "cublasLtMatmulPreferenceSetAttribute")
+            results = (_HeuristicResult * count)()
+            found = ctypes.c_int()
+            lt.check(lt.lib.cublasLtMatmulAlgoGetHeuristic(lt.handle, self.desc, self.a, self.b, self.d, self.d,
+                                                           pref, count, results, ctypes.byref(found)),
+                     "cublasLtMatmulAlgoGetHeuristic")
+        finally:
+            lt.lib.cublasLtMatmulPreferenceDestroy(pref)
+        return [Algo.from_buffer_copy(bytes(results[i].algo)) for i in range(found.value) if results[i].state == 0]
+
+    def supports(self, algo: Algo) -> bool:
+        """Whether `algo` runs this shape without a workspace (an algorithm chosen at another
+        row count is checked before use)."""
+        result = _HeuristicResult()
+        status = self.lt.lib.cublasLtMatmulAlgoCheck(self.lt.handle, self.desc, self.a, self.b, self.d, self.d,
+                                                     ctypes.byref(algo), ctypes.byref(result))
+        return status == 0 and result.workspace_size == 0
+
+    def fits(self, x: torch.Tensor, w: torch.Tensor) -> bool:
+        """Whether (x, w) are the contiguous, aligned operands this shape was planned for."""
+        return (x.dim() == 2 and x.shape == (self.m, self.k) and x.stride() == (self.k, 1)
+                and w.shape == (self.n, self.k) and w.is_contiguous() and x.dtype == w.dtype == self.dtype
+                and x.data_ptr() % ALIGN == 0 and w.data_ptr() % ALIGN == 0)
+
+    def run(self, x: torch.Tensor, w: torch.Tensor, algo: Algo) -> torch.Tensor:
+        """y = x @ w.T on the current stream (callers check `fits` first)."""
+        out = torch.empty((self.m, self.n), dtype=self.dtype, device=x.device)
+        stream = torch.cuda.current_stream(x.device).cuda_stream
+        lt = self.lt
+        lt.check(lt.lib.cublasLtMatmul(
+            lt.handle, self.desc, ctypes.byref(lt.alpha), w.data_ptr(), self.a, x.data_ptr(), self.b,
+            ctypes.byref(lt.beta), out.data_ptr(), self.d, out.data_ptr(), self.d, ctypes.byref(algo),
+            None, 0, stream), "cublasLtMatmul")
+        return out
+
+
+def graph_us(fn, calls: int, iters: int) -> float:
+    """Median microseconds per call of fn(i) for i in range(calls), replayed as one CUDA graph."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for i in range(calls):
+            fn(i)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(calls):
+            fn(i)
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000 / calls)
+    return statistics.median(times)
+
+
+@dataclass
+class TuneResult:
+    """One shape's timings: F.linear, each candidate (inf: refused), the winner if kept."""
+
+    m: int
+    n: int
+    k: int
+    default_us: float
+    candidates_us: list[float]
+    best_index: int = -1  # into candidates_us; -1: F.linear kept
+    algo: Algo | None = None
+    bitwise_equal: bool = True  # the winner's output is F.linear's, bit for bit
+    config: dict | None = None
+
+    @property
+    def best_us(self) -> float:
+        return self.candidates_us[self.best_index] if self.best_index >= 0 else self.default_us
+
+    @property
+    def speedup(self) -> float:
+        return self.default_us / self.best_us
+
+
+def tune(lt: CublasLt, weights: list[torch.Tensor], m: int, *, min_gain: float = 0.03, iters: int = 5,
+         max_candidates: int = 16, require_equal: bool = True) -> TuneResult:
+    """Time F.linear and each cuBLASLt candidate at `m` rows, one call per weight in `weights`
+    (several layers' weights, so they stream from memory as in a step); the winner is kept
+    when it beats F.linear by more than `min_gain` and (with `require_equal`) gives the same
+    bits."""
+    n, k = weights[0].shape
+    dtype, dev = weights[0].dtype, weights[0].device
+    x = torch.randn(m, k, device=dev, dtype=dtype)
+    calls = len(weights)
+    default_us = graph_us(lambda i: F.linear(x, weights[i]), calls, iters)
+    gemm = LtGemm(lt, m, n, k, dtype)
+    try:
+        cands = gemm.candidates(max_candidates)
+        times = []
+        for algo in cands:
+            try:
+                times.append(graph_us(lambda i, a=algo: gemm.run(x, weights[i], a), calls, iters))
+            except (CublasLtError, RuntimeError) as exc:  # a candidate the shape or the capture refuses
+                log.debug("cuBLASLt candidate refused at %dx%dx%d: %s", m, n, k, exc)
+                times.append(float("inf"))
+        result = TuneResult(m, n, k, default_us, times)
+        if not times:
+            return result
+        best = min(range(len(times)), key=times.__getitem__)
+        if times[best] * (1 + min_gain) > default_us:
+            return result
+        expected, got = F.linear(x, weights[0]), gemm.run(x, weights[0], cands[best])
+        torch.cuda.synchronize()
+        result.bitwise_equal = bool(torch.equal(got, expected))
+        close = torch.allclose(got.float(), expected.float(), rtol=2e-2, atol=2e-2)
+        if close and (result.bitwise_equal or not require_equal):
+            result.best_index, result.algo, result.config = best, cands[best], lt.config(cands[best])
+        return result
+    finally:
+        gemm.close()
