@@ -319,7 +319,6 @@ def main(argv: list[str] | None = None) -> int:
     backbone = engine.backbone
     run.put(("engine", "backbone"), {"class": type(backbone).__name__,
                                      "qk_rope_kernel": getattr(backbone, "qk_rope_kernel", None),
-                                     "gemm_tuning": getattr(getattr(backbone, "linear", None), "summary", None),
                                      "qk_rope_check_error": getattr(backbone, "qk_rope_check_error", None),
                                      "small_attention_check_error": getattr(getattr(backbone, "attention", None),
                                                                             "small_check_error", None)})

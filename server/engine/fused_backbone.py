@@ -38,7 +38,6 @@ from server.engine.cuda_graphs import (
     GRAPH_TOKEN_BUCKETS,
     ForwardStats,
     StepGraphs,
-    bucket_grid,
     pad_doc_lens,
     token_buckets_up_to,
 )
@@ -91,8 +90,6 @@ class FusedBackbone:
                     setattr(layer, name, quantize_weight(getattr(layer, name)))
         elif quantize is not None:
             raise ValueError(f"unknown quantization {quantize!r} (fp8 or none)")
-        else:
-            self.linear = self._tuned_linear(token_buckets, doc_buckets)
         self.final_norm = model.llm.norm.weight
         self.stats = ForwardStats()
         self.qk_rope_kernel = self._pick_qk_rope(fuse_qk_rope)
@@ -103,26 +100,6 @@ class FusedBackbone:
     @property
     def graph_max_tokens(self) -> int:
         return self.graphs.max_tokens if self.graphs_enabled else 0
-
-    def _tuned_linear(self, token_buckets: tuple[int, ...], doc_buckets: tuple[int, ...]):
-        """The projections' GEMMs with algorithms timed on this GPU (`tuned_linear.py`), on
-        CUDA unless `CHORUS_GEMM_TUNING=0`; F.linear elsewhere or when cuBLASLt cannot be
-        reached. Same bits either way."""
-        if self.device.type != "cuda" or os.environ.get("CHORUS_GEMM_TUNING", "") == "0":
-            return F.linear
-        from server.engine.tuned_linear import EAGER_ROW_CLASSES, TUNE_MIN_ROWS, TunedLinear
-
-        rows = {t for grid in bucket_grid(tuple(token_buckets), tuple(doc_buckets)).values() for t in grid
-                if t >= TUNE_MIN_ROWS} | set(EAGER_ROW_CLASSES)
-        weights = {}
-        for name in ("w_qkv", "w_o", "w_gate_up", "w_down"):
-            per_layer = [getattr(layer, name) for layer in self.layers]
-            weights[tuple(per_layer[0].shape)] = per_layer
-        try:
-            return TunedLinear.tuned(self.device, weights, rows)
-        except Exception as exc:  # noqa: BLE001 - a missing or odd cuBLASLt costs speed, not service
-            log.warning("GEMM tuning unavailable (%s): cuBLAS's own choices", exc)
-            return F.linear
 
     def _pick_qk_rope(self, wanted: bool | None) -> str:
         """`triton` (one fused q/k norm + RoPE pass) when asked or by default on CUDA, if its
