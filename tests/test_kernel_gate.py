@@ -1,11 +1,9 @@
-"""The start-up gate of kernels checked by their relative error against float32, and when
-the Triton kernels launch with programmatic dependent launch."""
+"""The start-up gate of kernels checked by their relative error against float32."""
 
 from __future__ import annotations
 
 import logging
 
-import pytest
 import torch
 
 from server.engine.triton_env import check_limit, checked_error
@@ -29,23 +27,3 @@ def test_an_error_over_the_limit_or_a_failing_check_falls_back_loudly(caplog):
     assert messages[0] == "k kernel off by 4.00e-03 (limit 2e-03); torch instead"
     assert messages[1].startswith("k kernel off by nan")
     assert messages[2] == "k kernel failed its check (no kernel here); torch instead"
-
-
-def test_programmatic_dependent_launch_only_on_cuda_and_never_when_switched_off(monkeypatch):
-    from server.engine.triton_env import pdl_enabled, pdl_for
-
-    assert not pdl_for(torch.zeros(1))  # CPU tensors (the interpreter's) launch plainly
-    monkeypatch.setenv("CHORUS_TRITON_PDL", "0")
-    pdl_enabled.cache_clear()
-    try:
-        assert not pdl_enabled(0)
-    finally:
-        pdl_enabled.cache_clear()
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_programmatic_dependent_launch_is_used_on_hopper():
-    from server.engine.triton_env import pdl_enabled
-
-    pdl_enabled.cache_clear()
-    assert pdl_enabled(0) == (torch.cuda.get_device_capability(0)[0] >= 9)

@@ -19,8 +19,6 @@ import math
 
 import torch
 
-from server.engine.triton_env import gdc_wait, pdl_for
-
 log = logging.getLogger(__name__)
 
 try:  # Triton is optional: CPU installs and machines without it keep the unfused path
@@ -34,10 +32,7 @@ if triton is not None:
 
     @triton.jit
     def _qk_norm_rope_kernel(qkv, q_out, k_out, w, pos, stride_tok, eps, log2_theta,
-                             NQ: tl.constexpr, NK: tl.constexpr, HP: tl.constexpr, HALF: tl.constexpr,
-                             PDL: tl.constexpr):
-        if PDL:  # launched early (programmatic dependent launch): wait for the QKV GEMM
-            gdc_wait()
+                             NQ: tl.constexpr, NK: tl.constexpr, HP: tl.constexpr, HALF: tl.constexpr):
         t = tl.program_id(0).to(tl.int64)
         # this program's HP heads of the token: q heads, then k heads (the last group masked)
         h = tl.program_id(1) * HP + tl.arange(0, HP)[:, None]
@@ -110,10 +105,9 @@ def qk_norm_rope(qkv: torch.Tensor, weights: torch.Tensor, pos: torch.Tensor, nu
     heads = num_q_heads + num_kv_heads
     default_hp, default_warps = program_shape(seq, heads)
     hp, num_warps = heads_per_program or default_hp, num_warps or default_warps
-    pdl = pdl_for(qkv)
     _qk_norm_rope_kernel[(seq, triton.cdiv(heads, hp))](
         qkv, q_out, k_out, weights, pos, qkv.stride(0), float(eps), float(math.log2(theta)),
-        NQ=num_q_heads, NK=num_kv_heads, HP=hp, HALF=d // 2, PDL=pdl, num_warps=num_warps, launch_pdl=pdl,
+        NQ=num_q_heads, NK=num_kv_heads, HP=hp, HALF=d // 2, num_warps=num_warps,
     )
     return q_out, k_out
 

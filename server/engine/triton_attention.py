@@ -21,7 +21,7 @@ import math
 import torch
 
 from server.engine.attention import TorchAttention, graph_layout
-from server.engine.triton_env import INTERPRET, gdc_wait, pdl_for
+from server.engine.triton_env import INTERPRET
 
 try:  # Triton is optional: CPU installs and machines without it use the other backends
     import triton
@@ -43,10 +43,7 @@ if triton is not None:
     @triton.jit
     def _doc_attention_kernel(q, k, v, o, tiles, scale_log2,
                               sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, so_t, so_h,
-                              GROUP: tl.constexpr, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-                              PDL: tl.constexpr):
-        if PDL:  # launched early (programmatic dependent launch): wait for the q/k kernel
-            gdc_wait()
+                              GROUP: tl.constexpr, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
         tile = tl.program_id(0)
         head = tl.program_id(1).to(tl.int64)
         q_start = tl.load(tiles + 3 * tile)
@@ -118,12 +115,10 @@ def attend(tiles: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
     if seq == 0 or tiles.shape[0] == 0:
         return out
     assert q.stride(2) == k.stride(2) == v.stride(2) == out.stride(2) == 1 and hq % hkv == 0
-    pdl = pdl_for(q)
     _doc_attention_kernel[(tiles.shape[0], hq)](
         q, k, v, out, tiles, float(scale * math.log2(math.e)),
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), out.stride(0), out.stride(1),
-        GROUP=hq // hkv, D=dim, BM=block_m, BN=block_n, PDL=pdl, num_warps=num_warps, num_stages=num_stages,
-        launch_pdl=pdl,
+        GROUP=hq // hkv, D=dim, BM=block_m, BN=block_n, num_warps=num_warps, num_stages=num_stages,
     )
     return out
 
