@@ -14,12 +14,14 @@ weight (K x N, ld K, transposed), B the activation (K x M, ld K), D the output (
 from __future__ import annotations
 
 import ctypes
+import itertools
 import logging
-import statistics
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+
+from bench.sweeps import per_call_us
 
 log = logging.getLogger(__name__)
 
@@ -164,31 +166,6 @@ class LtGemm:
         return out
 
 
-def graph_us(fn, calls: int, iters: int) -> float:
-    """Median microseconds per call of fn(i) for i in range(calls), replayed as one CUDA graph."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for i in range(calls):
-            fn(i)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for i in range(calls):
-            fn(i)
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000 / calls)
-    return statistics.median(times)
-
-
 @dataclass
 class TuneResult:
     """One shape's timings: F.linear's, each candidate's (inf: refused), the fastest one's."""
@@ -219,14 +196,21 @@ def tune(lt: CublasLt, weights: list[torch.Tensor], m: int, *, iters: int = 20, 
     dtype, dev = weights[0].dtype, weights[0].device
     x = torch.randn(m, k, device=dev, dtype=dtype)
     calls = len(weights)
-    default_us = graph_us(lambda i: F.linear(x, weights[i]), calls, iters)
+
+    def cycling(gemm_call):
+        """A no-argument call that takes the next layer's weight each time: `calls` of them in a
+        graph use each weight once."""
+        turn = itertools.cycle(weights)
+        return lambda: gemm_call(next(turn))
+
+    default_us = per_call_us(cycling(lambda w: F.linear(x, w)), reps=calls, iters=iters)
     gemm = LtGemm(lt, m, n, k, dtype)
     try:
         cands = gemm.candidates(max_candidates)
         times = []
         for algo in cands:
             try:
-                times.append(graph_us(lambda i, a=algo: gemm.run(x, weights[i], a), calls, iters))
+                times.append(per_call_us(cycling(lambda w, a=algo: gemm.run(x, w, a)), reps=calls, iters=iters))
             except (CublasLtError, RuntimeError) as exc:  # a candidate the shape or the capture refuses
                 log.debug("cuBLASLt candidate refused at %dx%dx%d: %s", m, n, k, exc)
                 times.append(float("inf"))
