@@ -5,7 +5,8 @@ its first chunk went, segment by segment, so a missed first-audio target names i
 planning on the caller's thread, the hop to the engine thread, the canvas build, the wait
 for the first launch, the chunk's steps (GPU time per step and the GPU's idle time between
 them), the host noticing the last step, the hop to a decode worker, the decode, the
-post-processing and the hop back to the engine thread that sends the audio.
+post-processing and the hop back to the engine thread that sends the audio; beside them, the
+thread CPU time of the planning and the post-processing.
 
 It wraps the engine's methods with host clocks and CUDA events (no syncs added) and restores
 them afterwards. Works on any device (off CUDA the step times are host times).
@@ -49,6 +50,8 @@ class _Trace:
     decode_end: float | None = None
     post_start: float | None = None
     post_end: float | None = None
+    plan_cpu_ms: float | None = None  # thread CPU time of the segment (time.thread_time)
+    post_cpu_ms: float | None = None
     audio: float | None = None
     launches: list[_Launch] = field(default_factory=list)
     done: threading.Event = field(default_factory=threading.Event)
@@ -114,10 +117,12 @@ class Timeline:
             first = trace is not None and trace.post_start is None
             if first:
                 trace.post_start = now()
+                cpu0 = time.thread_time()  # `done` runs on this thread, right after `fn`
 
             def done(audio):
                 if first:
                     trace.post_end = now()
+                    trace.post_cpu_ms = (time.thread_time() - cpu0) * 1e3
                 return on_done(audio)
 
             return saved["_post"](fn, *args, on_done=done)
@@ -143,9 +148,11 @@ class Timeline:
     def run_one(self, request, timeout: float = 120.0) -> dict:
         """Submit `request`, wait for it to end, and return its first chunk's segments (ms)."""
         self.trace = trace = _Trace()
+        cpu0 = time.thread_time()
         trace.submit = time.perf_counter()
         self.engine.submit(request, self.sink)
         trace.submitted = time.perf_counter()
+        trace.plan_cpu_ms = (time.thread_time() - cpu0) * 1e3
         if not trace.done.wait(timeout):
             raise TimeoutError(f"{request.request_id} did not finish in {timeout} s")
         self.trace = None
@@ -175,6 +182,10 @@ def segments(trace: _Trace, cuda: bool) -> dict:
             if m is None))
     out = {name: round((b - a) * 1e3, 3) for name, a, b in zip(SEGMENTS, marks, marks[1:])}
     out["total"] = round((trace.audio - trace.submit) * 1e3, 3)
+    # CPU time of the two host-bound segments: near their wall time, the thread ran all along
+    # (a slow core); far below it, the thread waited (the interpreter lock, the scheduler)
+    out["plan_cpu"] = round(trace.plan_cpu_ms, 3)
+    out["post_cpu"] = round(trace.post_cpu_ms, 3)
     out["launches"] = len(launches)
     out["step_gpu_ms_mean"] = round(statistics.fmean(gpu_ms), 4)
     out["gpu_idle_between_steps_ms"] = round(sum(idle_ms), 3)

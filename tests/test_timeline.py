@@ -24,6 +24,9 @@ def test_each_case_measures_every_segment(result):
             assert row["launches"] == 32  # the first chunk's steps alone, the reference's default
             assert sum(row[name] for name in timeline.SEGMENTS) == pytest.approx(row["total"], abs=0.05)
             assert row["steps"] > 0 and row["decode"] > 0 and row["post"] > 0
+            # a thread's CPU time within a segment never exceeds the segment's wall time
+            for name in ("plan", "post"):
+                assert 0.0 < row[f"{name}_cpu"] <= row[name] + 0.05, (name, row)
 
 
 def test_engine_is_restored(engine, result):
