@@ -72,11 +72,21 @@ class CublasLt:
         self.path = _loaded_library() or "libcublasLt.so"
         lib = self.lib = ctypes.CDLL(self.path)
         vp, sz, i32, u64 = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_uint64
-        lib.cublasLtMatmul.argtypes = [vp] * 14 + [sz, vp]
-        lib.cublasLtMatmulAlgoGetHeuristic.argtypes = [vp] * 7 + [i32, vp, vp]
-        lib.cublasLtMatmulAlgoCheck.argtypes = [vp] * 8
-        lib.cublasLtMatrixLayoutCreate.argtypes = [vp, i32, u64, u64, ctypes.c_int64]
-        lib.cublasLtMatrixLayoutDestroy.argtypes = [vp]
+        argtypes = {  # every call's C signature, so sizes go as size_t and handles as pointers
+            "cublasLtCreate": [vp],
+            "cublasLtMatmulDescCreate": [vp, i32, i32],
+            "cublasLtMatmulDescSetAttribute": [vp, i32, vp, sz],
+            "cublasLtMatrixLayoutCreate": [vp, i32, u64, u64, ctypes.c_int64],
+            "cublasLtMatrixLayoutDestroy": [vp],
+            "cublasLtMatmulPreferenceCreate": [vp],
+            "cublasLtMatmulPreferenceSetAttribute": [vp, i32, vp, sz],
+            "cublasLtMatmulPreferenceDestroy": [vp],
+            "cublasLtMatmulAlgoGetHeuristic": [vp] * 7 + [i32, vp, vp],
+            "cublasLtMatmulAlgoConfigGetAttribute": [vp, i32, vp, sz, vp],
+            "cublasLtMatmul": [vp] * 14 + [sz, vp],
+        }
+        for name, types in argtypes.items():
+            getattr(lib, name).argtypes = types
         lib.cublasLtGetVersion.restype = sz
         self.version = int(lib.cublasLtGetVersion())
         self.handle = vp()
