@@ -31,6 +31,26 @@ except Exception:  # noqa: BLE001
 if triton is not None:
 
     @triton.jit
+    def norm_rope_halves(x1, x2, w1, w2, p, eps, log2_theta, HALF: tl.constexpr):
+        """Rows of heads as their two float32 halves (R, HALF), RMS-normalised over the whole
+        head, scaled by the norm weight's halves `w1`, `w2` and rotated (rotate-half) by the
+        positions `p` (a scalar or (R, 1), float32). The attention kernel that normalises as it
+        loads (`triton_attention`) does the very same arithmetic through this function."""
+        ms = (tl.sum(x1 * x1, axis=1) + tl.sum(x2 * x2, axis=1)) / (2 * HALF)
+        r = (1.0 / tl.sqrt(ms + eps))[:, None]
+        n1 = x1 * r * w1
+        n2 = x2 * r * w2
+        d = tl.arange(0, HALF)[None, :]
+        inv_freq = tl.exp2(-(d.to(tl.float32) / HALF) * log2_theta)
+        ang = p * inv_freq
+        # range-reduce so the fast sin/cos stay accurate for long documents
+        two_pi = 6.283185307179586
+        ang = ang - two_pi * tl.floor(ang / two_pi + 0.5)
+        c = tl.cos(ang)
+        s = tl.sin(ang)
+        return n1 * c - n2 * s, n2 * c + n1 * s
+
+    @triton.jit
     def _qk_norm_rope_kernel(qkv, q_out, k_out, w, pos, stride_tok, eps, log2_theta,
                              NQ: tl.constexpr, NK: tl.constexpr, HP: tl.constexpr, HALF: tl.constexpr):
         t = tl.program_id(0).to(tl.int64)
@@ -41,23 +61,11 @@ if triton is not None:
         src = qkv + t * stride_tok + h * (2 * HALF) + d
         x1 = tl.load(src, mask=hmask, other=0.0).to(tl.float32)
         x2 = tl.load(src + HALF, mask=hmask, other=0.0).to(tl.float32)
-        ms = (tl.sum(x1 * x1, axis=1) + tl.sum(x2 * x2, axis=1)) / (2 * HALF)
-        r = (1.0 / tl.sqrt(ms + eps))[:, None]
         wrow = (h >= NQ).to(tl.int32) * (2 * HALF)  # w is [q_norm; k_norm], (2, D)
         w1 = tl.load(w + wrow + d, mask=hmask, other=0.0).to(tl.float32)
         w2 = tl.load(w + wrow + HALF + d, mask=hmask, other=0.0).to(tl.float32)
-        n1 = x1 * r * w1
-        n2 = x2 * r * w2
         p = tl.load(pos + t).to(tl.float32)
-        inv_freq = tl.exp2(-(d.to(tl.float32) / HALF) * log2_theta)
-        ang = p * inv_freq
-        # range-reduce so the fast sin/cos stay accurate for long documents
-        two_pi = 6.283185307179586
-        ang = ang - two_pi * tl.floor(ang / two_pi + 0.5)
-        c = tl.cos(ang)
-        s = tl.sin(ang)
-        o1 = n1 * c - n2 * s
-        o2 = n2 * c + n1 * s
+        o1, o2 = norm_rope_halves(x1, x2, w1, w2, p, eps, log2_theta, HALF)
         qm = h < NQ
         km = (h >= NQ) & hmask
         qdst = q_out + t * (NQ * 2 * HALF) + h * (2 * HALF) + d
