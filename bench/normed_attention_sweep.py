@@ -5,8 +5,8 @@ replaces (the q/k norm + RoPE pass, then attention), call by call (CUDA).
 step has (a fast-start first chunk of 135 rows to ~1k rows, the Triton attention's limit),
 one layer's work (16 q / 8 kv heads of 128, bf16) replayed 28 times from a CUDA graph: the
 two-pass path (and each of its kernels alone) against `attend_normed` at several program
-shapes; microseconds a call and the largest difference from the two-pass output. It is how
-`triton_attention.GQA_HEADS` / `NORMED_*` were chosen.
+shapes; microseconds a call and the largest difference from the two-pass output
+(`bench/normed_attention.py` says what it found).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ HQ, HKV, D, EPS, THETA = 16, 8, 128, 1e-6, 1e6
 
 
 def sweep() -> dict:
+    from bench import normed_attention as na
     from server.engine import qk_norm_rope as qr, triton_attention as ta
 
     torch.manual_seed(0)
@@ -65,7 +66,7 @@ def sweep() -> dict:
             kw = dict(block_m=bm, block_n=bn, heads=heads, num_warps=warps, num_stages=stages)
 
             def normed(dst=None):
-                return ta.attend_normed(t, qkv, norms, pos, HQ, HKV, EPS, THETA, scale, dst, **kw)
+                return na.attend_normed(t, qkv, norms, pos, HQ, HKV, EPS, THETA, scale, dst, **kw)
 
             try:
                 got = normed()

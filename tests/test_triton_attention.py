@@ -83,6 +83,7 @@ def test_graph_planner_refuses_another_shape():
 
 NORMED_SCRIPT = textwrap.dedent("""
     import torch
+    from bench import normed_attention as na
     from server.engine import qk_norm_rope as qr
     from server.engine import triton_attention as ta
     from server.engine.attention import TorchAttention
@@ -104,56 +105,26 @@ NORMED_SCRIPT = textwrap.dedent("""
         assert float((two_pass - want).abs().max()) < 1e-4
         # every program shape: one q head or both of a kv head's, 32 or 64 rows, key blocks of 32 or 64
         for heads, bm, bn in ((1, 64, 64), (2, 64, 64), (2, 32, 64), (1, 32, 32), (2, 64, 32)):
-            got = ta.attend_normed(ta.tile_table(docs, bm), qkv, norms, pos, hq, hkv, eps, theta, scale,
+            got = na.attend_normed(ta.tile_table(docs, bm), qkv, norms, pos, hq, hkv, eps, theta, scale,
                                    block_m=bm, block_n=bn, heads=heads, num_stages=1)
             assert float((got - two_pass).abs().max()) < 1e-5, (docs, heads, bm, bn)
-        # a graph planner's static table, as the backbone's graphs replay it
-        planner = ta.TritonAttention("cpu", scale).graph_planner(len(docs), seq)
-        got = planner.plan(docs).run_normed(qkv, norms, pos, hq, hkv, eps, theta)
-        assert float((got - two_pass).abs().max()) < 1e-5
-    assert ta.check_normed("cpu", torch.float32, hq, hkv, d, eps, theta) < 1e-5
+    assert na.check("cpu", torch.float32, hq, hkv, d, eps, theta) < 1e-5
     print("ok")
 """)
 
 
 @pytest.mark.skipif(tuple(int(x) for x in __import__("triton").__version__.split(".")[:2]) < (3, 7),
                     reason="Triton 3.6's interpreter cannot take a loaded scalar as a loop bound")
-def test_normalising_kernel_equals_the_two_pass_path_in_the_interpreter():
+def test_normalising_experiment_equals_the_two_pass_path_in_the_interpreter():
     run_in_triton_interpreter(NORMED_SCRIPT)
-
-
-BACKBONE_SCRIPT = textwrap.dedent('''
-    import sys
-    import torch
-    from bench.parity import compare, parity_canvas, reference_target_logits
-    from server.checkpoint import load_omnivoice
-    from server.engine import triton_attention as ta
-    from server.engine.fused_backbone import FusedBackbone
-    from server.engine.kernels import TorchOps
-
-    model = load_omnivoice(sys.argv[1], "cpu", "float32")
-    canvas = parity_canvas(model, seed=3, device="cpu", n_items=3)
-    ref = reference_target_logits(model, canvas)
-    attn = ta.TritonAttention("cpu", model.llm.config.head_dim ** -0.5)
-    backbone = FusedBackbone(model, attn, TorchOps(), fuse_qk_rope=True)
-    assert backbone.qk_rope_kernel == "triton" and backbone.normed_attention
-    result = compare(backbone(canvas), ref)
-    assert result["rel_l2"] < 1e-5 and result["argmax_agree"] == 1.0, result
-    print("ok")
-''')
-
-
-@pytest.mark.skipif(tuple(int(x) for x in __import__("triton").__version__.split(".")[:2]) < (3, 7),
-                    reason="Triton 3.6's interpreter cannot take a loaded scalar as a loop bound")
-def test_backbone_with_normalising_attention_matches_the_reference(tiny_checkpoint):
-    run_in_triton_interpreter(BACKBONE_SCRIPT, args=[str(tiny_checkpoint)])
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_normalising_kernel_on_the_gpu_agrees_with_the_two_pass_path():
+    from bench import normed_attention as na
     from server.engine import qk_norm_rope as qr
 
-    assert ta.check_normed("cuda", torch.bfloat16, 16, 8, 128, 1e-6, 1e6) < 1e-2
+    assert na.check("cuda", torch.bfloat16, 16, 8, 128, 1e-6, 1e6) < 1e-2
     torch.manual_seed(0)
     docs = [287, 250, 1, 1, 5]
     qkv = (torch.randn(sum(docs), 32, 128) * 3).to("cuda", torch.bfloat16)
@@ -163,7 +134,7 @@ def test_normalising_kernel_on_the_gpu_agrees_with_the_two_pass_path():
     q, k = qr.qk_norm_rope(qkv, norms, pos, 16, 8, 1e-6, 1e6)
     two_pass = ta.attend(tiles, q, k, qkv[:, 24:], 128**-0.5).float()
     for heads, bm in ((1, 64), (2, 64), (2, 32)):
-        got = ta.attend_normed(ta._to_device(ta.tile_table(docs, bm), torch.device("cuda")), qkv, norms, pos,
+        got = na.attend_normed(ta._to_device(ta.tile_table(docs, bm), torch.device("cuda")), qkv, norms, pos,
                                16, 8, 1e-6, 1e6, 128**-0.5, block_m=bm, heads=heads).float()
         # the same rounded q and k; only the order of float32 sums differs
         assert float((got - two_pass).norm() / two_pass.norm()) < 2e-3, (heads, bm)

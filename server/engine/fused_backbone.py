@@ -11,9 +11,7 @@ out once at load for fewer, larger GEMMs:
   every document) rotates them in place; V is read straight from the QKV output.
 - `fused_add_rmsnorm` folds each residual add into the next norm; `silu_and_mul` the MLP gate
   (`kernels.py`).
-- On CUDA, q/k norm and RoPE are one Triton pass (`qk_norm_rope`) when its self-check passes;
-  a step small enough for the Triton attention kernel skips even that pass: the attention
-  normalises and rotates q and k as it loads them from the QKV output (`attend_normed`).
+- On CUDA, q/k norm and RoPE are one Triton pass (`qk_norm_rope`) when its self-check passes.
 - The embedding merge and `audio_heads` are the reference modules' own; only target rows go
   through the head GEMM and the float32 upcast.
 - Small steps replay CUDA graphs (`cuda_graphs.py`), captured per bucket when the backbone is
@@ -95,7 +93,6 @@ class FusedBackbone:
         self.final_norm = model.llm.norm.weight
         self.stats = ForwardStats()
         self.qk_rope_kernel = self._pick_qk_rope(fuse_qk_rope)
-        self.normed_attention = self._pick_normed_attention()
         self.graphs_enabled = graphs and self.device.type == "cuda" and hasattr(attention, "graph_planner")
         self.graphs = StepGraphs(self._embed_and_layers, attention, self.device, self.num_codebooks, self.mask_id,
                                  self.stats, token_buckets, doc_buckets)
@@ -124,21 +121,6 @@ class FusedBackbone:
             return "separate"
         self.qk_rope_check_error = err
         return "triton"
-
-    def _pick_normed_attention(self) -> bool:
-        """Whether small steps' attention may normalise and rotate q/k itself: the fused q/k
-        pass is in use, the attention has a Triton kernel for small steps, the switch
-        `CHORUS_NORMED_ATTENTION` is not `0`, and the kernel passes its self-check."""
-        small = self.attention if self.attention.name == "triton" else getattr(self.attention, "small", None)
-        if self.qk_rope_kernel != "triton" or small is None or os.environ.get("CHORUS_NORMED_ATTENTION", "") == "0":
-            return False
-        from server.engine import triton_attention
-        from server.engine.triton_env import checked_error
-
-        err = checked_error("normalising small-step attention", lambda: triton_attention.check_normed(
-            small.device, self.dtype, self.num_q_heads, self.num_kv_heads, self.head_dim, self.eps, self.rope_theta),
-            self.dtype, "small steps keep the separate q/k pass")
-        return err is not None
 
     @staticmethod
     @torch.no_grad()
@@ -174,34 +156,25 @@ class FusedBackbone:
         ops, eps = self.ops, self.eps
         seq, hq, hkv, d = x.shape[0], self.num_q_heads, self.num_kv_heads, self.head_dim
         residual = x  # updated in place by fused_add_rmsnorm
-        normed = getattr(plan, "run_normed", None) if self.normed_attention else None
         h = ops.rmsnorm(x, self.layers[0].ln1, eps)
         for i, layer in enumerate(self.layers):
             qkv = self.linear(h, layer.w_qkv).view(seq, hq + 2 * hkv, d)
-            if normed is not None:
-                o = normed(qkv, layer.qk_norms, pos, hq, hkv, eps, self.rope_theta)
+            if self.qk_rope_kernel == "triton":
+                from server.engine.qk_norm_rope import qk_norm_rope
+
+                q, k = qk_norm_rope(qkv, layer.qk_norms, pos, hq, hkv, eps, self.rope_theta)
             else:
-                q, k = self._normed_qk(qkv, layer, pos)
-                o = self.attention.attend(plan, q, k, qkv[:, hq + hkv :])
+                q = ops.rmsnorm(qkv[:, :hq], layer.q_norm, eps, out=x.new_empty(seq, hq, d))
+                k = ops.rmsnorm(qkv[:, hq : hq + hkv], layer.k_norm, eps, out=x.new_empty(seq, hkv, d))
+                ops.rope_inplace(q, k, pos, self.rope_theta)
+            v = qkv[:, hq + hkv :]
+            o = self.attention.attend(plan, q, k, v)
             h = self.linear(o.reshape(seq, hq * d), layer.w_o)
             ops.fused_add_rmsnorm(h, residual, layer.ln2, eps)
             h = self.linear(ops.silu_and_mul(self.linear(h, layer.w_gate_up)), layer.w_down)
             nxt = self.layers[i + 1].ln1 if i + 1 < len(self.layers) else self.final_norm
             ops.fused_add_rmsnorm(h, residual, nxt, eps)
         return h
-
-    def _normed_qk(self, qkv: torch.Tensor, layer: _Layer, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """q (S, Hq, D) and k (S, Hkv, D) out of the QKV output: Qwen3's q/k norm, then RoPE."""
-        hq, hkv, d, eps = self.num_q_heads, self.num_kv_heads, self.head_dim, self.eps
-        if self.qk_rope_kernel == "triton":
-            from server.engine.qk_norm_rope import qk_norm_rope
-
-            return qk_norm_rope(qkv, layer.qk_norms, pos, hq, hkv, eps, self.rope_theta)
-        seq = qkv.shape[0]
-        q = self.ops.rmsnorm(qkv[:, :hq], layer.q_norm, eps, out=qkv.new_empty(seq, hq, d))
-        k = self.ops.rmsnorm(qkv[:, hq : hq + hkv], layer.k_norm, eps, out=qkv.new_empty(seq, hkv, d))
-        self.ops.rope_inplace(q, k, pos, self.rope_theta)
-        return q, k
 
     def _embed(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return self.model._prepare_embed_inputs(ids.unsqueeze(0), mask.unsqueeze(0))[0]
