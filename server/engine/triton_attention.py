@@ -36,7 +36,6 @@ BLOCK_M = 64
 BLOCK_N = 64
 NUM_WARPS = 4
 NUM_STAGES = 3
-HEADS = 1  # q heads of one kv head per program
 
 
 if triton is not None:
@@ -44,25 +43,20 @@ if triton is not None:
     @triton.jit
     def _doc_attention_kernel(q, k, v, o, tiles, scale_log2,
                               sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, so_t, so_h,
-                              GROUP: tl.constexpr, HEADS: tl.constexpr, D: tl.constexpr, BM: tl.constexpr,
-                              BN: tl.constexpr):
+                              GROUP: tl.constexpr, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
         tile = tl.program_id(0)
-        # HEADS q heads of one kv head, BM rows of each stacked: a key block serves them all
-        first_head = tl.program_id(1) * HEADS
+        head = tl.program_id(1).to(tl.int64)
         q_start = tl.load(tiles + 3 * tile)
         doc_end = tl.load(tiles + 3 * tile + 1)
         doc_start = tl.load(tiles + 3 * tile + 2)
-        r = tl.arange(0, HEADS * BM)
-        rows = q_start + r % BM
-        head = (first_head + r // BM).to(tl.int64)[:, None]
+        rows = q_start + tl.arange(0, BM)
         row_ok = rows < doc_end
-        rows64 = rows.to(tl.int64)[:, None]
         d = tl.arange(0, D)[None, :]
-        kv_head = (first_head // GROUP).to(tl.int64)
-        qt = tl.load(q + rows64 * sq_t + head * sq_h + d, mask=row_ok[:, None], other=0.0)
-        m_i = tl.full([HEADS * BM], float("-inf"), tl.float32)
-        l_i = tl.zeros([HEADS * BM], tl.float32)
-        acc = tl.zeros([HEADS * BM, D], tl.float32)
+        kv_head = head // GROUP
+        qt = tl.load(q + rows.to(tl.int64)[:, None] * sq_t + head * sq_h + d, mask=row_ok[:, None], other=0.0)
+        m_i = tl.full([BM], float("-inf"), tl.float32)
+        l_i = tl.zeros([BM], tl.float32)
+        acc = tl.zeros([BM, D], tl.float32)
         for n0 in range(doc_start, doc_end, BN):
             cols = n0 + tl.arange(0, BN)
             col_ok = cols < doc_end
@@ -78,7 +72,8 @@ if triton is not None:
             acc = acc * alpha[:, None] + tl.dot(p.to(vt.dtype), vt)
             m_i = m_new
         out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]  # 0 only in a table's empty tiles
-        tl.store(o + rows64 * so_t + head * so_h + d, out.to(o.dtype.element_ty), mask=row_ok[:, None])
+        tl.store(o + rows.to(tl.int64)[:, None] * so_t + head * so_h + d, out.to(o.dtype.element_ty),
+                 mask=row_ok[:, None])
 
 
 def available(device: torch.device | None = None) -> bool:
@@ -110,10 +105,9 @@ def max_tiles(num_docs: int, max_rows: int, block_m: int = BLOCK_M) -> int:
 
 def attend(tiles: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
            out: torch.Tensor | None = None, *, block_m: int = BLOCK_M, block_n: int = BLOCK_N,
-           num_warps: int = NUM_WARPS, num_stages: int = NUM_STAGES, heads: int = HEADS) -> torch.Tensor:
+           num_warps: int = NUM_WARPS, num_stages: int = NUM_STAGES) -> torch.Tensor:
     """q (S, Hq, D), k and v (S, Hkv, D) (any row and head strides, unit last stride) ->
-    (S, Hq, D): each row attends to the rows of its document, as `tiles` lays them out.
-    A program takes `block_m` rows of `heads` q heads sharing a kv head (1 up to Hq / Hkv)."""
+    (S, Hq, D): each row attends to the rows of its document, as `tiles` lays them out."""
     seq, hq, dim = q.shape
     hkv = k.shape[1]
     if out is None:
@@ -121,12 +115,10 @@ def attend(tiles: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
     if seq == 0 or tiles.shape[0] == 0:
         return out
     assert q.stride(2) == k.stride(2) == v.stride(2) == out.stride(2) == 1 and hq % hkv == 0
-    heads = min(heads, hq // hkv)
-    assert (hq // hkv) % heads == 0
-    _doc_attention_kernel[(tiles.shape[0], hq // heads)](
+    _doc_attention_kernel[(tiles.shape[0], hq)](
         q, k, v, out, tiles, float(scale * math.log2(math.e)),
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), out.stride(0), out.stride(1),
-        GROUP=hq // hkv, HEADS=heads, D=dim, BM=block_m, BN=block_n, num_warps=num_warps, num_stages=num_stages,
+        GROUP=hq // hkv, D=dim, BM=block_m, BN=block_n, num_warps=num_warps, num_stages=num_stages,
     )
     return out
 
