@@ -82,3 +82,11 @@ def test_kernel_on_the_gpu_passes_its_check():
     for dtype in ("bfloat16", "float16"):
         result = cfg_scores.check("cuda", dtype=getattr(__import__("torch"), dtype), rows=512)
         assert cfg_scores.passes(result), (dtype, result)
+
+
+def test_the_conditional_row_count_compiles_no_new_variant():
+    """`uncond_offset` follows the step's rows: no variant compiled per divisibility of it."""
+    from server.engine import cfg_scores as cs
+
+    params = {p.name: p for p in cs._cfg_scores_kernel.params}
+    assert params["uncond_offset"].do_not_specialize

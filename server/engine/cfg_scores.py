@@ -49,7 +49,8 @@ if triton is not None:
         total = tl.sum(tl.where(keep, _exp(shifted, INTERPRET), 0.0), axis=0)
         return shifted - _log(total, INTERPRET)
 
-    @triton.jit
+    # the conditional rows' count changes step to step: no variant compiled per divisibility of it
+    @triton.jit(do_not_specialize=["uncond_offset"])
     def _cfg_scores_kernel(logits, scale, confidence, predicted, uncond_offset, V, MASK_ID, C: tl.constexpr,
                            BLOCK: tl.constexpr, INTERPRET: tl.constexpr):
         pid = tl.program_id(0).to(tl.int64)  # conditional row * C + codebook

@@ -39,7 +39,13 @@ if triton is not None:
     def _isfinite(x):
         return (x == x) & (tl.abs(x) != float("inf"))
 
-    @triton.jit
+    # A step's row count and the strides of its views change with the texts' lengths: Triton
+    # would compile a variant of the kernel for each new divisibility or alignment of them
+    # (hundreds of ms, on some request's path to its first sound); this kernel moves a few KB
+    # and gains nothing from such hints, so none is taken.
+    @triton.jit(do_not_specialize=["rows", "su_r", "su_c", "st_r", "st_c", "sk_r", "sk_c"],
+                do_not_specialize_on_alignment=["conf", "pred", "unif", "pen", "temp", "tok", "key_out", "pred_out",
+                                                "finite_out"])
     def _position_keys_kernel(conf, pred, unif, pen, temp, tok, key_out, pred_out, finite_out,
                               rows, vocab_last, mask_id, big,
                               su_r, su_c, st_r, st_c, sk_r, sk_c,
