@@ -41,9 +41,9 @@ if triton is not None:
                                      s_tok, so_t, so_h,
                                      NQ: tl.constexpr, NK: tl.constexpr, HEADS: tl.constexpr,
                                      HALF: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
-        """The engine's small-step attention kernel on the raw QKV projection: q and k heads are RMS-normalised
-        and rotated as they are loaded (`norm_rope_halves`, rounded to the model dtype as the
-        separate pass stores them), so no pass writes q and k first. A program takes `BM` rows
+        """The engine's small-step attention kernel on the raw QKV projection: q and k heads are
+        RMS-normalised and rotated as they are loaded (`norm_rope_halves`, rounded to the model
+        dtype as the separate pass stores them), so no pass writes q and k first. A program takes `BM` rows
         of `HEADS` q heads that share one kv head (stacked, `HEADS * BM` query rows), so each
         key block is loaded and normalised once for all of them."""
         tile = tl.program_id(0)
@@ -109,8 +109,7 @@ NORMED_STAGES = 2
 def attend_normed(tiles: torch.Tensor, qkv: torch.Tensor, norms: torch.Tensor, pos: torch.Tensor,
                   num_q_heads: int, num_kv_heads: int, eps: float, theta: float, scale: float,
                   out: torch.Tensor | None = None, *, block_m: int = NORMED_BLOCK_M,
-                  block_n: int = NORMED_BLOCK_N,
-                  heads: int = GQA_HEADS, num_warps: int = NORMED_WARPS,
+                  block_n: int = NORMED_BLOCK_N, heads: int = GQA_HEADS, num_warps: int = NORMED_WARPS,
                   num_stages: int = NORMED_STAGES) -> torch.Tensor:
     """Attention straight from the fused QKV projection qkv (S, Hq + 2 Hkv, D): q and k heads
     normalised by `norms` (2, D) = [q_norm; k_norm] and rotated by `pos` (S,) as they load
@@ -135,7 +134,7 @@ def attend_normed(tiles: torch.Tensor, qkv: torch.Tensor, norms: torch.Tensor, p
 
 
 def check(device, dtype: torch.dtype, num_q_heads: int, num_kv_heads: int, head_dim: int, eps: float,
-                 theta: float, doc_lens: tuple[int, ...] = (287, 250, 1, 70)) -> float:
+          theta: float, doc_lens: tuple[int, ...] = (287, 250, 1, 70)) -> float:
     """Relative error of `attend_normed` against the float32 q/k norm + RoPE
     (`qk_norm_rope.reference`) and per-document SDPA on random data; raises when the kernel
     cannot run."""

@@ -34,8 +34,8 @@ if triton is not None:
     def norm_rope_halves(x1, x2, w1, w2, p, eps, log2_theta, HALF: tl.constexpr):
         """Rows of heads as their two float32 halves (R, HALF), RMS-normalised over the whole
         head, scaled by the norm weight's halves `w1`, `w2` and rotated (rotate-half) by the
-        positions `p` (a scalar or (R, 1), float32). The attention kernel that normalises as it
-        loads (`triton_attention`) does the very same arithmetic through this function."""
+        positions `p` (a scalar or (R, 1), float32). An experiment's attention kernel that
+        normalises as it loads (`bench/normed_attention.py`) shares this arithmetic."""
         ms = (tl.sum(x1 * x1, axis=1) + tl.sum(x2 * x2, axis=1)) / (2 * HALF)
         r = (1.0 / tl.sqrt(ms + eps))[:, None]
         n1 = x1 * r * w1
