@@ -7,7 +7,10 @@ samples, and times a round trip of the port through a spawned worker process (wh
 finisher used to do). Wall and thread-CPU milliseconds per chunk: on a shared, loaded machine
 the CPU times are the steadier measure. `port_after_idle` runs the port as the engine does:
 on a worker thread that slept ~70 ms before each call (a 10 s line's steps), with the page
-faults it took, to tell a cold core from a warm loop.
+faults it took, to tell a cold core from a warm loop; `port_after_busy` the same after
+spinning instead of sleeping (a core kept busy, and so awake and clocked up), and
+`port_after_idle_and_another_chunk` after the port of another chunk right before (code,
+branch history and allocator warm again).
 """
 
 from __future__ import annotations
@@ -69,15 +72,24 @@ def _thread_minor_faults() -> int | None:
     return None if who is None else resource.getrusage(who).ru_minflt
 
 
-def after_idle(fn, repeats: int, idle_s: float = 0.07) -> dict:
-    """`fn` on one thread that sleeps `idle_s` before each call: wall and CPU ms, and the
-    minor page faults each call took where the system counts them per thread."""
+def _spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def after_idle(fn, repeats: int, idle_s: float = 0.07, busy: bool = False, prepare=None) -> dict:
+    """`fn` on one thread that sleeps `idle_s` before each call (spins instead when `busy`;
+    then runs `prepare`, untimed): wall and CPU ms, and the minor page faults each call took
+    where the system counts them per thread."""
     wall, cpu, faults = [], [], []
 
     def loop():
         fn()
         for _ in range(repeats):
-            time.sleep(idle_s)
+            _spin(idle_s) if busy else time.sleep(idle_s)
+            if prepare is not None:
+                prepare()
             f0 = _thread_minor_faults()
             w0, c0 = time.perf_counter(), time.thread_time()
             fn()
@@ -109,11 +121,16 @@ def run(repeats: int) -> dict:
                 for rms in (None, 0.05) for pp in (True, False))
             hop = lambda: pool.submit(post_process, audio, 0.05, True, RATE).result()
             hop()
+            port = lambda a=audio: post_process(a, 0.05, True, RATE)
+            other = speech_chunk(seconds, seed=8)
             out["chunks"][f"{seconds}s"] = {
                 "identical": identical,
                 "reference": timed(lambda: reference_post_process(audio, 0.05, True), max(5, repeats // 5)),
                 "port": timed(lambda: post_process(audio, 0.05, True, RATE), repeats),
-                "port_after_idle": after_idle(lambda: post_process(audio, 0.05, True, RATE), max(5, repeats // 4)),
+                "port_after_idle": after_idle(port, max(5, repeats // 4)),
+                "port_after_busy": after_idle(port, max(5, repeats // 4), busy=True),
+                "port_after_idle_and_another_chunk": after_idle(port, max(5, repeats // 4),
+                                                                prepare=lambda: port(other)),
                 "port_postprocess_off": timed(lambda: post_process(audio, 0.05, False, RATE), repeats),
                 "port_through_a_worker_process": {"wall_ms": stats([_wall_ms(hop) for _ in range(repeats)])},
             }
