@@ -5,23 +5,24 @@ projections (OmniVoice's Qwen3 body, bf16) at the packed row counts of small ste
 fast-start chunk's 160, a lone line's 544, two lines' 1088), 28 calls on 28 different
 weight copies (as a forward's layers: the weights come from memory, not the L2 cache)
 replayed from one CUDA graph, cuBLAS (`torch.matmul`) against `bench.small_gemm` at every
-tile of `WIDE` or `NARROW`; microseconds a call and the largest relative difference from cuBLAS. Then the
-table of winners (tiles at least `--min-gain` faster than cuBLAS) drives the fused forward of
-the same random full-size checkpoint: graphed forward time with and without it, alternated,
-and the target logits of each against the reference forward. On an H200
-no tile won anywhere (`bench/results/2026-12-01-h200-small-gemm-sweep.json`): the table
-was empty and both forwards the same.
+tile of `WIDE` or `NARROW`; microseconds a call and the relative (L2) difference from
+cuBLAS. Then the table of winners (tiles at least `--min-gain` faster than cuBLAS) drives
+the fused forward of the `--checkpoint`: graphed forward time with and without it,
+alternated, and the target logits of each against the reference forward. On an H200 no
+tile won anywhere (`bench/results/2026-12-01-h200-small-gemm-sweep.json`): the table was
+empty and both forwards the same.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 
 import torch
 
-from bench.sweeps import run_cuda_sweep
+from bench.sweeps import per_call_us, run_cuda_sweep
 
 HIDDEN, Q_DIM, KV_DIM, INTER = 1024, 2048, 1024, 3072
 SHAPES = {"qkv": (Q_DIM + 2 * KV_DIM, HIDDEN), "o": (HIDDEN, Q_DIM), "gate_up": (2 * INTER, HIDDEN),
@@ -45,30 +46,11 @@ def configs(n: int, k: int, rows: int) -> list:
     return [t for t in tiles if t.bm <= 2 * rows and t.fits(n, k) and k // (t.split_k * t.bk) >= 2]
 
 
-def per_call_us(call, iters: int = 15) -> float:
-    """Median microseconds a call of `call(layer)` over `LAYERS` layers in one CUDA graph."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for i in range(LAYERS):
-            call(i)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for i in range(LAYERS):
-            call(i)
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000 / LAYERS)
-    del graph
-    return round(statistics.median(times), 2)
+def per_layer_us(call) -> float:
+    """Median microseconds a call of `call(layer)`, one call per layer in one CUDA graph (each
+    on its own weights)."""
+    layer = itertools.cycle(range(LAYERS))
+    return per_call_us(lambda: call(next(layer)), reps=LAYERS, iters=15)
 
 
 def sweep_gemms(min_gain: float) -> tuple[dict, dict]:
@@ -85,14 +67,14 @@ def sweep_gemms(min_gain: float) -> tuple[dict, dict]:
             x = torch.randn(rows, k, device=dev, dtype=dtype)
             out = torch.empty(rows, n, device=dev, dtype=dtype)
             ref = torch.matmul(x, weights[0].t())
-            row = {"cublas_us": per_call_us(lambda i: torch.matmul(x, weights[i].t(), out=out)), "tiles": {}}
+            row = {"cublas_us": per_layer_us(lambda i: torch.matmul(x, weights[i].t(), out=out)), "tiles": {}}
             best = None
             for tile in configs(n, k, rows):
                 key = f"bn{tile.bn}_bm{tile.bm}_bk{tile.bk}_s{tile.split_k}_w{tile.warps}_st{tile.stages}"
                 try:
                     got = small_linear(x, weights[0], tile, counters)
                     err = float((got.float() - ref.float()).norm() / ref.float().norm())
-                    us = per_call_us(lambda i, t=tile: small_linear(x, weights[i], t, counters, out))
+                    us = per_layer_us(lambda i, t=tile: small_linear(x, weights[i], t, counters, out))
                 except Exception as exc:  # noqa: BLE001 - a tile the compiler refuses
                     row["tiles"][key] = {"error": str(exc)[:200]}
                     continue
@@ -117,7 +99,7 @@ def sweep_gemms(min_gain: float) -> tuple[dict, dict]:
     return result, table
 
 
-def forward_ab(table: dict, checkpoint: str | None) -> dict:
+def forward_ab(table: dict, checkpoint: str) -> dict:
     """Graphed forward with and without the table, alternated; target logits against the
     reference forward."""
     from bench.forward import cuda_ms
