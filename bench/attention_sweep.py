@@ -10,12 +10,11 @@ from FlashInfer's output. It is how `triton_attention.BLOCK_*` and
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import torch
 
-from bench.sweeps import per_call_us, run_cuda_sweep
+from bench.sweeps import cuda_sweep_parser, per_call_us, run_cuda_sweep
 
 LAYOUTS = {
     "fast_start_135": [85, 50],
@@ -61,8 +60,7 @@ def sweep() -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.attention_sweep", description=__doc__.splitlines()[0])
-    p.add_argument("--out", default=None)
+    p = cuda_sweep_parser("bench.attention_sweep", __doc__)
     args = p.parse_args(argv)
     return run_cuda_sweep(p.prog, sweep, args.out)
 

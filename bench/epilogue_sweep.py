@@ -11,7 +11,6 @@ separate kernels (`bench/results/*-epilogue-sweep.json`).
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import math
@@ -19,7 +18,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from bench.sweeps import per_call_us, run_cuda_sweep
+from bench.sweeps import cuda_sweep_parser, per_call_us, run_cuda_sweep
 
 HIDDEN, HQ, HKV, D, INTER = 1024, 16, 8, 128, 3072
 EPS, THETA = 1e-6, 1e6
@@ -100,9 +99,8 @@ def sweep(rows_list=ROWS) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.epilogue_sweep", description=__doc__.splitlines()[0])
+    p = cuda_sweep_parser("bench.epilogue_sweep", __doc__)
     p.add_argument("--rows", default=",".join(map(str, ROWS)), help="comma-separated packed-row counts")
-    p.add_argument("--out", default=None)
     args = p.parse_args(argv)
 
     def run() -> dict:

@@ -11,11 +11,9 @@ Its result is why the engine keeps `F.linear` (`bench/results/*-gemm-algos.json`
 
 from __future__ import annotations
 
-import argparse
-
 import torch
 
-from bench.sweeps import run_cuda_sweep
+from bench.sweeps import cuda_sweep_parser, run_cuda_sweep
 
 HIDDEN, HQ, HKV, D, INTER, LAYERS = 1024, 16, 8, 128, 3072, 28
 PROJECTIONS = {"qkv": ((HQ + 2 * HKV) * D, HIDDEN), "o": (HIDDEN, HQ * D),
@@ -53,11 +51,10 @@ def sweep(rows_list=ROWS) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.gemm_algos", description=__doc__.split("\n\n")[0])
+    p = cuda_sweep_parser("bench.gemm_algos", __doc__)
     p.add_argument("--rows", type=int, nargs="+", default=list(ROWS))
-    p.add_argument("--out", default=None)
     args = p.parse_args(argv)
-    return run_cuda_sweep("bench.gemm_algos", lambda: sweep(tuple(args.rows)), args.out)
+    return run_cuda_sweep(p.prog, lambda: sweep(tuple(args.rows)), args.out)
 
 
 if __name__ == "__main__":

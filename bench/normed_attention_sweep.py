@@ -11,12 +11,11 @@ shapes; microseconds a call and the largest difference from the two-pass output
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import torch
 
-from bench.sweeps import per_call_us, run_cuda_sweep
+from bench.sweeps import cuda_sweep_parser, per_call_us, run_cuda_sweep
 
 LAYOUTS = {
     "fast_start_135": [85, 50],
@@ -84,8 +83,7 @@ def sweep() -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.normed_attention_sweep", description=__doc__.splitlines()[0])
-    p.add_argument("--out", default=None)
+    p = cuda_sweep_parser("bench.normed_attention_sweep", __doc__)
     args = p.parse_args(argv)
     return run_cuda_sweep(p.prog, sweep, args.out)
 

@@ -15,14 +15,13 @@ empty and both forwards the same.
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import statistics
 
 import torch
 
-from bench.sweeps import per_call_us, run_cuda_sweep
+from bench.sweeps import cuda_sweep_parser, per_call_us, run_cuda_sweep
 
 HIDDEN, Q_DIM, KV_DIM, INTER = 1024, 2048, 1024, 3072
 SHAPES = {"qkv": (Q_DIM + 2 * KV_DIM, HIDDEN), "o": (HIDDEN, Q_DIM), "gate_up": (2 * INTER, HIDDEN),
@@ -136,8 +135,7 @@ def forward_ab(table: dict, checkpoint: str) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.small_gemm_sweep", description=__doc__.splitlines()[0])
-    p.add_argument("--out", default=None)
+    p = cuda_sweep_parser("bench.small_gemm_sweep", __doc__)
     p.add_argument("--min-gain", type=float, default=0.03, help="keep a tile this much faster than cuBLAS")
     p.add_argument("--checkpoint", default=None, help="also time the forward of this checkpoint with the table")
     args = p.parse_args(argv)

@@ -1,8 +1,10 @@
 """What the kernel sweeps share: a call's time from a CUDA graph of many calls, and their
-command line's ending (refuse a machine without CUDA, run, write the JSON)."""
+command line (its start: a parser with `--out`; its end: refuse a machine without CUDA, run,
+write the JSON)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import sys
@@ -34,6 +36,13 @@ def per_call_us(fn, reps: int = 28, iters: int = 30) -> float:
         end.synchronize()
         times.append(start.elapsed_time(end) * 1000 / reps)
     return round(statistics.median(times), 2)
+
+
+def cuda_sweep_parser(module: str, doc: str) -> argparse.ArgumentParser:
+    """`python -m <module>`'s parser: the doc's first line as its description, `--out`."""
+    p = argparse.ArgumentParser(prog=f"python -m {module}", description=doc.splitlines()[0])
+    p.add_argument("--out", default=None, help="write the result's JSON here")
+    return p
 
 
 def run_cuda_sweep(prog: str, sweep: Callable[[], dict], out: str | None) -> int:
