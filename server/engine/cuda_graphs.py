@@ -124,8 +124,11 @@ class StepGraphs:
 
     def __init__(self, layers: LayersFn, attention, device: torch.device, num_codebooks: int, mask_id: int,
                  stats: ForwardStats, token_buckets: tuple[int, ...] = GRAPH_TOKEN_BUCKETS,
-                 doc_buckets: tuple[int, ...] = GRAPH_DOC_BUCKETS):
+                 doc_buckets: tuple[int, ...] = GRAPH_DOC_BUCKETS, capture_stream: torch.cuda.Stream | None = None):
         self.layers, self.attention, self.device = layers, attention, device
+        # None: torch's one capture stream. Graphs that may replay at the same time need their
+        # own, since cuBLAS keys its workspace by stream and a graph keeps the one it captured.
+        self.capture_stream = capture_stream
         self.num_codebooks, self.mask_id = num_codebooks, mask_id
         self.stats = stats
         self.token_buckets, self.doc_buckets = tuple(token_buckets), tuple(doc_buckets)
@@ -166,7 +169,7 @@ class StepGraphs:
             pos=torch.zeros(tokens, dtype=torch.long, device=dev),
         )
         plan = g.planner.plan([tokens - docs + 1] + [1] * (docs - 1))
-        side = torch.cuda.Stream(dev)
+        side = self.capture_stream or torch.cuda.Stream(dev)
         side.wait_stream(torch.cuda.current_stream(dev))
         with torch.cuda.stream(side):
             for _ in range(2):  # warm-up: cuBLAS handles and workspaces, lazy module loads
@@ -175,7 +178,8 @@ class StepGraphs:
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
-        with gc_paused(), torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
+        with gc_paused(), torch.cuda.graph(graph, pool=self._pool, stream=self.capture_stream,
+                                          capture_error_mode="thread_local"):
             g.out = self.layers(g.ids, g.mask, g.pos, plan)
         g.graph = graph
         self.captured[bucket] = g
