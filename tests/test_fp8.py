@@ -65,3 +65,123 @@ def test_fp8_linear_matches_bf16_within_fp8_error():
     out = linear(x, quantize_weight(w)).float()
     ref = torch.nn.functional.linear(x, w).float()
     assert ((out - ref).norm() / ref.norm()).item() < 0.05
+
+
+INTERPRETED_QUANTIZERS = """
+import torch
+from server.engine import fp8, fp8_activations as fa
+
+torch.manual_seed(0)
+assert fp8.activation_quantizers() is fa.QUANTIZERS
+BF16_STEP = 2.0 ** -7  # relative
+
+
+def codes(kernel, rows, k, inputs_and_strides):
+    # float32 code buffers: the values right before the e4m3 cast
+    q, s = torch.empty(rows, k), torch.empty(rows, 1)
+    inputs, strides = inputs_and_strides
+    fa._launch(kernel, rows, k, *inputs, q, s, k, *strides)
+    return q, s
+
+
+def expected(y):  # y: the bf16 row, as float32
+    scale = y.abs().amax(dim=1, keepdim=True).clamp(min=1e-12) / fp8.FP8_MAX
+    return (y / scale).clamp(-fp8.FP8_MAX, fp8.FP8_MAX), scale
+
+
+def close(got, want, rtol):
+    (q, s), (q_ref, s_ref) = got, want
+    assert torch.allclose(s, s_ref, rtol=rtol, atol=0)
+    assert torch.allclose(q, q_ref, rtol=rtol, atol=1e-3)
+    top = q.abs().amax(dim=1)  # each row's largest value on e4m3's largest code, all-zero rows 0
+    assert torch.allclose(top[top > 0], torch.tensor(fp8.FP8_MAX)) and bool((s > 0).all())
+
+
+for rows, k in ((1, 96), (5, 1024), (3, 3072)):
+    # rows of very different magnitudes, and an all-zero row, as activations have
+    x = torch.randn(rows, k).bfloat16() * torch.logspace(-2, 2, rows).unsqueeze(1).bfloat16()
+    x[rows // 2] = 0
+    wide = torch.cat([x, torch.ones(rows, 32).bfloat16()], 1)[:, :k]  # rows with a stride
+    for rows_in in (x, wide):
+        close(codes(fa.quantize_rows_kernel, rows, k, ((rows_in,), (rows_in.stride(0),))), expected(rows_in.float()),
+              rtol=1e-6)
+
+    h, residual, weight = torch.randn(rows, k).bfloat16(), torch.randn(rows, k).bfloat16() * 4, torch.rand(k) + 0.5
+    r_kernel = residual.clone()
+    got = codes(fa.add_rmsnorm_quantize_kernel, rows, k,
+                ((h, r_kernel, weight.bfloat16()), (h.stride(0), r_kernel.stride(0), 1e-6)))
+    total = h.float() + residual.float()
+    assert torch.allclose(r_kernel.float(), total, rtol=BF16_STEP, atol=0)  # updated in place
+    normed = total * torch.rsqrt(total.pow(2).mean(dim=1, keepdim=True) + 1e-6) * weight.bfloat16().float()
+    close(got, expected(normed.bfloat16().float()), rtol=2 * BF16_STEP)
+
+    gate_up = torch.randn(rows, 2 * k).bfloat16() * 3
+    got = codes(fa.silu_mul_quantize_kernel, rows, k, ((gate_up,), (gate_up.stride(0),)))
+    gate, up = gate_up.float().chunk(2, dim=1)
+    close(got, expected((torch.nn.functional.silu(gate) * up).bfloat16().float()), rtol=2 * BF16_STEP)
+print("ok")
+"""
+
+
+def test_fused_activation_quantizers_compute_what_they_stand_for():
+    """The Triton kernels, run by Triton's interpreter on the CPU: scales and codes before
+    the e4m3 cast, and the residual update. The interpreter's own casts to bf16 and e4m3 do
+    not round as the GPU's do, so here a bf16 step is allowed; the GPU test below checks the
+    codes and the residual bit for bit."""
+    pytest.importorskip("triton")
+    from tests.triton_interpreter import run_in_triton_interpreter
+
+    run_in_triton_interpreter(INTERPRETED_QUANTIZERS)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
+                    reason="needs a Hopper GPU")
+def test_fused_activation_quantizers_on_the_gpu_match_the_torch_references():
+    from server.engine import fp8
+
+    triton_q = fp8.activation_quantizers()
+    assert triton_q is not fp8.TORCH_QUANTIZERS
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    for rows, k in ((1, 1024), (537, 1024), (4096, 3072)):
+        h = torch.randn(rows, k, device="cuda", generator=gen).bfloat16()
+        residual = (torch.randn(rows, k, device="cuda", generator=gen) * 4).bfloat16()
+        weight = (torch.rand(k, device="cuda", generator=gen) + 0.5).bfloat16()
+        r_kernel, r_torch = residual.clone(), residual.clone()
+        got = triton_q.add_rmsnorm_quantize(h, r_kernel, weight, 1e-6)
+        want = fp8.add_rmsnorm_quantize_torch(h, r_torch, weight, 1e-6)
+        assert torch.equal(r_kernel, r_torch)
+        assert torch.allclose(got.scale, want.scale, rtol=2 ** -7)
+        # float32 rsqrt in another order may round a value to the neighbouring bf16, rarely
+        assert (got.q.float() != want.q.float()).float().mean().item() < 2e-3
+
+        gate_up = (torch.randn(rows, 2 * k, device="cuda", generator=gen) * 3).bfloat16()
+        got, want = triton_q.silu_mul_quantize(gate_up), fp8.silu_mul_quantize_torch(gate_up)
+        assert torch.allclose(got.scale, want.scale, rtol=2 ** -7)
+        assert (got.q.float() != want.q.float()).float().mean().item() < 2e-3
+
+
+def test_fused_torch_references_quantise_the_unfused_paths_rows():
+    """`add_rmsnorm_quantize_torch` and `silu_mul_quantize_torch` give what the bf16 kernels'
+    rows quantised by `quantize_rows_torch` give, and update the residual as the norm does."""
+    from server.engine.fp8 import add_rmsnorm_quantize_torch, silu_mul_quantize_torch
+    from server.engine.kernels import TorchOps
+
+    gen = torch.Generator().manual_seed(1)
+    gate_up = (torch.randn(6, 384, generator=gen) * 3).bfloat16()
+    fused = silu_mul_quantize_torch(gate_up)
+    q, s = quantize_rows_torch(TorchOps.silu_and_mul(gate_up.float()).bfloat16())
+    assert fused.dtype == torch.bfloat16 and torch.equal(fused.q.float(), q.float()) and torch.equal(fused.scale, s)
+
+    h, residual = torch.randn(6, 192, generator=gen).bfloat16(), (torch.randn(6, 192, generator=gen) * 4).bfloat16()
+    weight = (torch.rand(192, generator=gen) + 0.5).bfloat16()
+    r_fused, r_plain, h_plain = residual.clone(), residual.clone(), h.clone()
+    fused = add_rmsnorm_quantize_torch(h, r_fused, weight, 1e-6)
+    TorchOps.fused_add_rmsnorm(h_plain, r_plain, weight, 1e-6)
+    assert torch.equal(r_fused, r_plain)
+    q, s = quantize_rows_torch(h_plain)
+    # the norm of the float32 sum (as FlashInfer's kernel) or of its bf16 rounding (TorchOps)
+    # may round a value to the neighbouring bf16, and so at times to the neighbouring e4m3 code
+    assert torch.allclose(fused.scale, s, rtol=2 ** -7)
+    differ = fused.q.float() != q.float()
+    assert differ.float().mean().item() < 0.05
+    assert bool(((fused.q.float() - q.float()).abs() <= q.float().abs() * E4M3_RELATIVE_STEP + 2 ** -6).all())

@@ -86,3 +86,26 @@ def test_graph_replay_equals_eager_and_reuses_plans(models):
         assert torch.equal(b, b2)
         assert (a - b).abs().max() <= 0.05 * a.abs().max()
     assert graphed.stats.graph_steps == 8 and graphed.stats.captures
+
+
+def test_fp8_fused_activation_quantisation_changes_nothing_but_rounding(models):
+    """With `--quantize fp8` the norms and the gate write e4m3 rows themselves; the forward
+    must give what the unfused fp8 path (bf16 rows, then a quantising pass) gives, far
+    closer than fp8 is to bf16, graphed or not."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("fp8 needs a Hopper GPU")
+    from bench.parity import compare, parity_canvas
+    from server.engine.fused_backbone import FusedBackbone
+
+    model = models["bfloat16"]
+    canvas = parity_canvas(model, 4, "cuda", n_items=4)
+    bf16 = FusedBackbone(model, _fi(model), graphs=False)(canvas)
+    unfused = FusedBackbone(model, _fi(model), graphs=False, quantize="fp8")
+    unfused.fp8_fused = False
+    reference = unfused(canvas)
+    fp8_error = compare(reference, bf16)["rel_l2"]
+    for graphs in (False, True):
+        fused = FusedBackbone(model, _fi(model), graphs=graphs, quantize="fp8")
+        assert fused.fp8_fused
+        result = compare(fused(canvas), reference)
+        assert result["finite"] and result["rel_l2"] < 0.1 * fp8_error, (result, fp8_error)

@@ -90,6 +90,7 @@ class FusedBackbone:
                     setattr(layer, name, quantize_weight(getattr(layer, name)))
         elif quantize is not None:
             raise ValueError(f"unknown quantization {quantize!r} (fp8 or none)")
+        self.fp8_fused = quantize == "fp8" and self.linear.fused
         self.final_norm = model.llm.norm.weight
         self.stats = ForwardStats()
         self.qk_rope_kernel = self._pick_qk_rope(fuse_qk_rope)
@@ -170,11 +171,27 @@ class FusedBackbone:
             v = qkv[:, hq + hkv :]
             o = self.attention.attend(plan, q, k, v)
             h = self.linear(o.reshape(seq, hq * d), layer.w_o)
-            ops.fused_add_rmsnorm(h, residual, layer.ln2, eps)
-            h = self.linear(ops.silu_and_mul(self.linear(h, layer.w_gate_up)), layer.w_down)
-            nxt = self.layers[i + 1].ln1 if i + 1 < len(self.layers) else self.final_norm
-            ops.fused_add_rmsnorm(h, residual, nxt, eps)
+            h = self._add_norm(h, residual, layer.ln2)
+            h = self.linear(self._gate(self.linear(h, layer.w_gate_up)), layer.w_down)
+            if i + 1 < len(self.layers):
+                h = self._add_norm(h, residual, self.layers[i + 1].ln1)
+            else:  # the final norm: the hidden states stay in the model's dtype
+                ops.fused_add_rmsnorm(h, residual, self.final_norm, eps)
         return h
+
+    def _add_norm(self, h: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor):
+        """`residual += h`, then the norm of it as the next projection's input: written over h,
+        or, in fp8 with fused quantisation, straight to e4m3 (`fp8.QuantizedRows`)."""
+        if self.fp8_fused:
+            return self.linear.quantizers.add_rmsnorm_quantize(h, residual, weight, self.eps)
+        self.ops.fused_add_rmsnorm(h, residual, weight, self.eps)
+        return h
+
+    def _gate(self, gate_up: torch.Tensor):
+        """The MLP's SiLU gate, as the down projection's input (fp8 fused: in e4m3)."""
+        if self.fp8_fused:
+            return self.linear.quantizers.silu_mul_quantize(gate_up)
+        return self.ops.silu_and_mul(gate_up)
 
     def _embed(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return self.model._prepare_embed_inputs(ids.unsqueeze(0), mask.unsqueeze(0))[0]
