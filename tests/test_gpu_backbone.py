@@ -109,25 +109,3 @@ def test_fp8_fused_activation_quantisation_changes_nothing_but_rounding(models):
         assert fused.fp8_fused
         result = compare(fused(canvas), reference)
         assert result["finite"] and result["rel_l2"] < 0.1 * fp8_error, (result, fp8_error)
-
-
-@pytest.mark.parametrize("mode", ["same", "side"])
-def test_l2_prefetch_changes_no_bit_of_the_forward(models, mode):
-    """Prefetching weights into L2 moves no data anyone reads: the forward, graphed or not,
-    is bit for bit the one without it, and its side stream is joined for the capture."""
-    if torch.cuda.get_device_capability()[0] != 9:
-        pytest.skip("the prefetch instruction is Hopper's")
-    from bench.parity import parity_canvas
-    from server.engine.fused_backbone import FusedBackbone
-    from server.engine.l2_prefetch import L2Prefetcher
-
-    model = models["bfloat16"]
-    canvas = parity_canvas(model, 5, "cuda", n_items=3)
-    for graphs in (False, True):
-        plain = FusedBackbone(model, _fi(model), graphs=graphs)
-        plain.prefetch = L2Prefetcher(model.device, "off")
-        fetching = FusedBackbone(model, _fi(model), graphs=graphs)
-        fetching.prefetch = L2Prefetcher(model.device, mode, 1 << 20)
-        assert fetching.prefetch.active(canvas.total_len)
-        assert torch.equal(fetching(canvas), plain(canvas))
-        assert torch.equal(fetching(canvas), plain(canvas))  # a graph's replay, once captured

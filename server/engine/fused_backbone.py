@@ -43,17 +43,11 @@ from server.engine.cuda_graphs import (
 )
 from server.engine.fp8 import Fp8Linear, QuantizationUnsupported, check_fp8_device, quantize_weight
 from server.engine.kernels import FlashInferOps, TorchOps
-from server.engine.l2_prefetch import L2Prefetcher
 
 log = logging.getLogger(__name__)
 
 
 # ---- the backbone -------------------------------------------------------------------------
-
-
-def _tensor_of(weight) -> torch.Tensor:
-    """A projection's weight tensor (an `Fp8Weight`'s codes)."""
-    return getattr(weight, "weight", weight)
 
 
 @dataclass
@@ -97,8 +91,6 @@ class FusedBackbone:
         elif quantize is not None:
             raise ValueError(f"unknown quantization {quantize!r} (fp8 or none)")
         self.fp8_fused = quantize == "fp8" and self.linear.fused
-        self.prefetch = L2Prefetcher(self.device, os.environ.get("CHORUS_L2_PREFETCH", "off"),
-                                     int(os.environ.get("CHORUS_L2_PREFETCH_ROWS", "8192")))
         self.final_norm = model.llm.norm.weight
         self.stats = ForwardStats()
         self.qk_rope_kernel = self._pick_qk_rope(fuse_qk_rope)
@@ -166,11 +158,8 @@ class FusedBackbone:
         seq, hq, hkv, d = x.shape[0], self.num_q_heads, self.num_kv_heads, self.head_dim
         residual = x  # updated in place by fused_add_rmsnorm
         h = ops.rmsnorm(x, self.layers[0].ln1, eps)
-        prefetch = self.prefetch if self.prefetch.active(seq) else None
         for i, layer in enumerate(self.layers):
             qkv = self.linear(h, layer.w_qkv).view(seq, hq + 2 * hkv, d)
-            if prefetch:  # this layer's next two projections, while the attention runs
-                prefetch(_tensor_of(layer.w_o), _tensor_of(layer.w_gate_up))
             if self.qk_rope_kernel == "triton":
                 from server.engine.qk_norm_rope import qk_norm_rope
 
@@ -181,9 +170,6 @@ class FusedBackbone:
                 ops.rope_inplace(q, k, pos, self.rope_theta)
             v = qkv[:, hq + hkv :]
             o = self.attention.attend(plan, q, k, v)
-            if prefetch:  # the last one, and the next layer's first (after the last: the head's)
-                nxt = self.layers[i + 1].w_qkv if i + 1 < len(self.layers) else self.model.audio_heads.weight
-                prefetch(_tensor_of(layer.w_down), _tensor_of(nxt))
             h = self.linear(o.reshape(seq, hq * d), layer.w_o)
             h = self._add_norm(h, residual, layer.ln2)
             h = self.linear(self._gate(self.linear(h, layer.w_gate_up)), layer.w_down)
@@ -191,8 +177,6 @@ class FusedBackbone:
                 h = self._add_norm(h, residual, self.layers[i + 1].ln1)
             else:  # the final norm: the hidden states stay in the model's dtype
                 ops.fused_add_rmsnorm(h, residual, self.final_norm, eps)
-        if prefetch:
-            prefetch.join()
         return h
 
     def _add_norm(self, h: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor):
