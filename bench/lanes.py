@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import itertools
 import json
-import statistics
 from types import SimpleNamespace
 
 import torch
 
+from bench.forward import cuda_ms
 from bench.sweeps import cuda_sweep_parser, run_cuda_sweep
 
 # (words of text, target frames, guidance) per request, as `bench.parity.random_items` takes them
@@ -63,32 +63,17 @@ def sub_canvas(canvas, first_doc: int, end_doc: int) -> SimpleNamespace:
 
 
 def step_ms(fn, iters: int = 60, pipelined: int = 40) -> dict:
-    """GPU time of fn() on the current stream: median with a wait after each call, and the
-    mean of `pipelined` calls queued back to back."""
+    """GPU time of fn() on the current stream: the median with a wait after each call
+    (`bench.forward.cuda_ms`), and the mean of `pipelined` calls queued back to back."""
+    synced = cuda_ms(fn, warmup=5, iters=iters)["median"]
     main = torch.cuda.current_stream()
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-
-    def events():
-        return torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-
-    times = []
-    for _ in range(iters):
-        start, end = events()
-        start.record(main)
-        fn()
-        end.record(main)
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    start, end = events()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record(main)
     for _ in range(pipelined):
         fn()
     end.record(main)
     end.synchronize()
-    return {"synced_ms": round(statistics.median(times), 4),
-            "pipelined_ms": round(start.elapsed_time(end) / pipelined, 4)}
+    return {"synced_ms": synced, "pipelined_ms": round(start.elapsed_time(end) / pipelined, 4)}
 
 
 def sweep(checkpoint: str) -> dict:

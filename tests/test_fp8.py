@@ -59,7 +59,7 @@ def test_fp8_linear_matches_bf16_within_fp8_error():
     x = torch.randn(537, 1024, device="cuda", dtype=torch.bfloat16, generator=gen)
     w = torch.randn(3072, 1024, device="cuda", dtype=torch.bfloat16, generator=gen) / 32
     linear = Fp8Linear(torch.device("cuda"))
-    q, s = linear.quantize_rows(x)
+    q, s = linear.quantizers.quantize_rows(x)
     q_ref, s_ref = quantize_rows_torch(x)
     assert torch.allclose(s, s_ref) and torch.equal(q.float(), q_ref.float())
     out = linear(x, quantize_weight(w)).float()

@@ -123,7 +123,6 @@ class Fp8Linear:
     def __init__(self, device: torch.device):
         check_fp8_device(device)
         self.quantizers = activation_quantizers()
-        self.quantize_rows = self.quantizers.quantize_rows
         # CHORUS_FP8_FUSED_QUANT=0: norms and the gate write bf16, quantised by a separate pass
         self.fused = os.environ.get("CHORUS_FP8_FUSED_QUANT", "") != "0"
 
@@ -131,5 +130,5 @@ class Fp8Linear:
         if isinstance(x, QuantizedRows):
             q, scale, dtype = x.q, x.scale, x.dtype
         else:
-            (q, scale), dtype = self.quantize_rows(x if x.stride(-1) == 1 else x.contiguous()), x.dtype
+            (q, scale), dtype = self.quantizers.quantize_rows(x if x.stride(-1) == 1 else x.contiguous()), x.dtype
         return torch._scaled_mm(q, w.weight.t(), scale_a=scale, scale_b=w.scale, out_dtype=dtype)
