@@ -7,24 +7,27 @@ loop), the form in which Triton's GEMM comes nearest cuBLAS on Hopper:
 
 - `linear`: the plain projection, the yardstick of the GEMM's own rate against cuBLAS;
 - `gate_up_silu`: `bn` columns of the gate and the same of the up projection a program;
-  writes `silu(gate) * up` (the engine's kernel, `server/engine/gate_up_silu.py`, at any
-  tile; `gate_up_silu_persistent` walks the tiles with one program per SM);
+  writes `silu(gate) * up` (`gate_up_silu_persistent`: the same with one program per SM
+  walking the tiles);
 - `qkv_norm_rope`: one head (128 columns) of `bm` rows a program; a q or k head is
   normalised, scaled and rotated as `qk_norm_rope` does (`norm_rope_halves`), a v head
   written as is.
 
 Accumulators are rounded to the model's dtype before the epilogue's float32 arithmetic,
 as the separate kernels read the GEMM's stored output. `python -m bench.tma_sweep` times
-them against cuBLAS plus the separate kernel.
+them against cuBLAS plus the separate kernel (`bench/results/*-tma-sweep.json`): the plain
+GEMM runs 8-12% behind cuBLAS from 8k rows; the gate-up one still beats cuBLAS plus the gate
+from ~4k rows, the QKV one loses everywhere (its epilogue costs more than the separate pass).
+The engine took the gate-up kernel for steps of 4096 rows and more at 4860144 and dropped it:
+the forward gained 0.7-2.5%, the 256 mix nothing (`*-fused-gate-ab.json`).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
-
-from server.engine.gate_up_silu import Tile, gate_up_silu as _engine_gate_up_silu
 
 try:  # Triton is optional: CPU installs use the unfused path
     import triton
@@ -33,17 +36,60 @@ try:  # Triton is optional: CPU installs use the unfused path
 except Exception:  # noqa: BLE001
     triton = None
 
+
+@dataclass(frozen=True)
+class Tile:
+    """A program's tile: `bm` rows by `bn` columns of each accumulator, `bk` of the inner
+    dimension a stage, `stages` stages in flight, `group_m` row tiles per column sweep."""
+
+    bm: int = 128
+    bn: int = 128
+    bk: int = 64
+    warps: int = 8
+    stages: int = 3
+    group_m: int = 8
+
+    @property
+    def name(self) -> str:
+        group = "" if self.group_m == 8 else f"g{self.group_m}"
+        return f"{self.bm}x{self.bn}x{self.bk}w{self.warps}s{self.stages}{group}"
+
+
 # the default tile of these experiments: 128 x 128 (of each accumulator), eight warps
-WIDE = Tile(128, 128, 64, 8, 3)
+WIDE = Tile()
 
 if triton is not None:
-    from server.engine.gate_up_silu import tile_ids
     from server.engine.qk_norm_rope import norm_rope_halves
+
+    @triton.jit
+    def _tile_ids(pid, num_m, num_n, GROUP_M: tl.constexpr):
+        """(row tile, column tile) of tile `pid`: `GROUP_M` row tiles share a column sweep, so
+        a weight tile is read from L2 by the programs that follow."""
+        per_group = GROUP_M * num_n
+        first_m = (pid // per_group) * GROUP_M
+        size_m = tl.minimum(num_m - first_m, GROUP_M)
+        return first_m + (pid % per_group) % size_m, (pid % per_group) // size_m
+
+    @triton.jit
+    def _gate_up_silu_kernel(a_desc, w_desc, o_desc, M, INTER: tl.constexpr, K: tl.constexpr,
+                             BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr):
+        pid_m, pid_n = _tile_ids(tl.program_id(0), tl.cdiv(M, BM), INTER // BN, GROUP_M)
+        off_m, off_n = pid_m * BM, pid_n * BN
+        acc_gate = tl.zeros((BM, BN), tl.float32)
+        acc_up = tl.zeros((BM, BN), tl.float32)
+        for k in range(0, K, BK):
+            a = a_desc.load([off_m, k])
+            acc_gate = tl.dot(a, w_desc.load([off_n, k]).T, acc_gate)
+            acc_up = tl.dot(a, w_desc.load([INTER + off_n, k]).T, acc_up)
+        # the GEMM's output as the unfused path stores it, then that path's float32 arithmetic
+        gate = acc_gate.to(o_desc.dtype).to(tl.float32)
+        up = acc_up.to(o_desc.dtype).to(tl.float32)
+        o_desc.store([off_m, off_n], (gate / (1.0 + tl.exp(-gate)) * up).to(o_desc.dtype))
 
     @triton.jit
     def _linear_kernel(a_desc, w_desc, o_desc, M, N: tl.constexpr, K: tl.constexpr,
                        BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr):
-        pid_m, pid_n = tile_ids(tl.program_id(0), tl.cdiv(M, BM), N // BN, GROUP_M)
+        pid_m, pid_n = _tile_ids(tl.program_id(0), tl.cdiv(M, BM), N // BN, GROUP_M)
         off_m, off_n = pid_m * BM, pid_n * BN
         acc = tl.zeros((BM, BN), tl.float32)
         for k in range(0, K, BK):
@@ -58,7 +104,7 @@ if triton is not None:
         num_m = tl.cdiv(M, BM)
         num_n: tl.constexpr = INTER // BN
         for tile in tl.range(tl.program_id(0), num_m * num_n, PROGRAMS, flatten=FLATTEN, warp_specialize=WS):
-            pid_m, pid_n = tile_ids(tile, num_m, num_n, GROUP_M)
+            pid_m, pid_n = _tile_ids(tile, num_m, num_n, GROUP_M)
             off_m, off_n = pid_m * BM, pid_n * BN
             acc_gate = tl.zeros((BM, BN), tl.float32)
             acc_up = tl.zeros((BM, BN), tl.float32)
@@ -74,7 +120,7 @@ if triton is not None:
     def _qkv_norm_rope_kernel(a_desc, w_desc, q_desc, k_desc, v_desc, norms, pos, M, eps, log2_theta,
                               K: tl.constexpr, NQ: tl.constexpr, NK: tl.constexpr, HALF: tl.constexpr,
                               BM: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr):
-        pid_m, head = tile_ids(tl.program_id(0), tl.cdiv(M, BM), NQ + 2 * NK, GROUP_M)
+        pid_m, head = _tile_ids(tl.program_id(0), tl.cdiv(M, BM), NQ + 2 * NK, GROUP_M)
         off_m = pid_m * BM
         col = head * (2 * HALF)
         acc1 = tl.zeros((BM, HALF), tl.float32)
@@ -116,7 +162,7 @@ if triton is not None:
         """`_qkv_norm_rope_kernel` with `HP` whole heads a program in one accumulator (one dot
         of HP * 128 columns); the halves are taken apart in registers for the epilogue."""
         BN: tl.constexpr = HP * 2 * HALF
-        pid_m, pid_n = tile_ids(tl.program_id(0), tl.cdiv(M, BM), (NQ + 2 * NK) // HP, GROUP_M)
+        pid_m, pid_n = _tile_ids(tl.program_id(0), tl.cdiv(M, BM), (NQ + 2 * NK) // HP, GROUP_M)
         off_m = pid_m * BM
         col = pid_n * BN
         acc = tl.zeros((BM, BN), tl.float32)
@@ -169,8 +215,17 @@ def linear(x: torch.Tensor, w: torch.Tensor, tile: Tile = WIDE) -> torch.Tensor:
 
 
 def gate_up_silu(x: torch.Tensor, w_gate_up: torch.Tensor, tile: Tile = WIDE) -> torch.Tensor:
-    """The engine's kernel (`server/engine/gate_up_silu.py`) at any tile."""
-    return _engine_gate_up_silu(x, w_gate_up, tile)
+    """x (S, hidden) @ w_gate_up.T (gate rows, then up rows) -> silu(gate) * up, (S, inter)."""
+    seq, hidden = x.shape
+    inter = w_gate_up.shape[0] // 2
+    out = x.new_empty(seq, inter)
+    if seq:
+        assert inter % tile.bn == 0 and hidden % tile.bk == 0 and x.stride(1) == 1 and w_gate_up.is_contiguous()
+        grid = (triton.cdiv(seq, tile.bm) * (inter // tile.bn),)
+        _gate_up_silu_kernel[grid](_desc(x, [tile.bm, tile.bk]), _desc(w_gate_up, [tile.bn, tile.bk]),
+                                   _desc(out, [tile.bm, tile.bn]), seq, INTER=inter, K=hidden, BM=tile.bm,
+                                   BN=tile.bn, BK=tile.bk, GROUP_M=tile.group_m, **_launch_opts(tile))
+    return out
 
 
 def gate_up_silu_persistent(x: torch.Tensor, w_gate_up: torch.Tensor, tile: Tile = WIDE, *,

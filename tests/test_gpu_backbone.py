@@ -109,37 +109,3 @@ def test_fp8_fused_activation_quantisation_changes_nothing_but_rounding(models):
         assert fused.fp8_fused
         result = compare(fused(canvas), reference)
         assert result["finite"] and result["rel_l2"] < 0.1 * fp8_error, (result, fp8_error)
-
-
-def test_gate_up_silu_kernel_is_cublas_and_the_separate_gate(flashinfer_ok):
-    """The fused gate-up kernel at the full-size MLP and a large step's rows computes what
-    cuBLAS followed by FlashInfer's `silu_and_mul` computes, to a fraction of bf16 rounding."""
-    import torch.nn.functional as F
-    from flashinfer.activation import silu_and_mul
-
-    from server.engine import gate_up_silu
-
-    torch.manual_seed(0)
-    x = torch.randn(4133, 1024, device="cuda", dtype=torch.bfloat16)
-    w = torch.randn(2 * 3072, 1024, device="cuda", dtype=torch.bfloat16) * 1024**-0.5
-    got, want = gate_up_silu.gate_up_silu(x, w).float(), silu_and_mul(F.linear(x, w)).float()
-    assert float((got - want).norm() / want.norm()) < 1e-4
-
-
-def test_fused_gate_up_changes_nothing_but_rounding(models):
-    """Large steps take the gate-up GEMM with the SiLU gate in its epilogue. Forced on for
-    every step, the forward must give what cuBLAS plus the separate gate give, graphed or not."""
-    from bench.parity import compare, parity_canvas
-    from server.engine import gate_up_silu
-    from server.engine.fused_backbone import FusedBackbone
-
-    model = models["bfloat16"]
-    canvas = parity_canvas(model, 5, "cuda", n_items=6)
-    unfused = FusedBackbone(model, _fi(model), graphs=False)
-    assert unfused.fused_gate_min_rows == gate_up_silu.MIN_ROWS > canvas.total_len
-    want = unfused(canvas)
-    for graphs in (False, True):
-        fused = FusedBackbone(model, _fi(model), graphs=graphs)
-        fused.fused_gate_min_rows = 0
-        result = compare(fused(canvas), want)
-        assert result["finite"] and result["rel_l2"] < 1e-3, result

@@ -12,8 +12,6 @@ out once at load for fewer, larger GEMMs:
 - `fused_add_rmsnorm` folds each residual add into the next norm; `silu_and_mul` the MLP gate
   (`kernels.py`).
 - On CUDA, q/k norm and RoPE are one Triton pass (`qk_norm_rope`) when its self-check passes.
-- On CUDA, steps of `gate_up_silu.MIN_ROWS` packed rows and more do the gate-up GEMM and the
-  SiLU gate in one Triton kernel (`gate_up_silu`), when its self-check passes.
 - The embedding merge and `audio_heads` are the reference modules' own; only target rows go
   through the head GEMM and the float32 upcast.
 - Small steps replay CUDA graphs (`cuda_graphs.py`), captured per bucket when the backbone is
@@ -96,8 +94,6 @@ class FusedBackbone:
         self.final_norm = model.llm.norm.weight
         self.stats = ForwardStats()
         self.qk_rope_kernel = self._pick_qk_rope(fuse_qk_rope)
-        # packed rows from which the gate-up GEMM carries the SiLU gate (None: never)
-        self.fused_gate_min_rows = self._pick_fused_gate()
         self.graphs_enabled = graphs and self.device.type == "cuda" and hasattr(attention, "graph_planner")
         self.graphs = StepGraphs(self._embed_and_layers, attention, self.device, self.num_codebooks, self.mask_id,
                                  self.stats, token_buckets, doc_buckets)
@@ -126,25 +122,6 @@ class FusedBackbone:
             return "separate"
         self.qk_rope_check_error = err
         return "triton"
-
-    def _pick_fused_gate(self) -> int | None:
-        """`gate_up_silu.MIN_ROWS` on CUDA in bf16/fp16 without fp8 when the kernel passes its
-        self-check; None keeps cuBLAS plus the separate gate at every size.
-        `CHORUS_FUSED_GATE_UP=0` turns it off, `CHORUS_FUSED_GATE_UP_ROWS` moves the threshold."""
-        if (self.device.type != "cuda" or self.quantize is not None or self.dtype == torch.float32
-                or os.environ.get("CHORUS_FUSED_GATE_UP", "") == "0"):
-            return None
-        from server.engine import gate_up_silu
-        from server.engine.triton_env import checked_error
-
-        hidden, inter = self.layers[0].w_gate_up.shape[1], self.layers[0].w_gate_up.shape[0] // 2
-        if not (gate_up_silu.available(self.device) and gate_up_silu.supports(hidden, inter)):
-            return None
-        err = checked_error("gate-up + SiLU", lambda: gate_up_silu.check(self.device, self.dtype, hidden, inter),
-                            self.dtype, "using cuBLAS and the separate gate")
-        if err is None:
-            return None
-        return int(os.environ.get("CHORUS_FUSED_GATE_UP_ROWS", gate_up_silu.MIN_ROWS))
 
     @staticmethod
     @torch.no_grad()
@@ -195,7 +172,7 @@ class FusedBackbone:
             o = self.attention.attend(plan, q, k, v)
             h = self.linear(o.reshape(seq, hq * d), layer.w_o)
             h = self._add_norm(h, residual, layer.ln2)
-            h = self.linear(self._mlp_gate(h, layer.w_gate_up), layer.w_down)
+            h = self.linear(self._gate(self.linear(h, layer.w_gate_up)), layer.w_down)
             if i + 1 < len(self.layers):
                 h = self._add_norm(h, residual, self.layers[i + 1].ln1)
             else:  # the final norm: the hidden states stay in the model's dtype
@@ -209,15 +186,6 @@ class FusedBackbone:
             return self.linear.quantizers.add_rmsnorm_quantize(h, residual, weight, self.eps)
         self.ops.fused_add_rmsnorm(h, residual, weight, self.eps)
         return h
-
-    def _mlp_gate(self, h, w_gate_up: torch.Tensor):
-        """silu(gate) * up of the normed rows h: one fused kernel for large steps, else the
-        gate-up GEMM and then the gate."""
-        if self.fused_gate_min_rows is not None and h.shape[0] >= self.fused_gate_min_rows:
-            from server.engine.gate_up_silu import gate_up_silu
-
-            return gate_up_silu(h, w_gate_up)
-        return self._gate(self.linear(h, w_gate_up))
 
     def _gate(self, gate_up: torch.Tensor):
         """The MLP's SiLU gate, as the down projection's input (fp8 fused: in e4m3)."""
