@@ -14,6 +14,9 @@ from __future__ import annotations
 import itertools
 import json
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -38,29 +41,53 @@ def _silu_and_mul():
         return TorchOps.silu_and_mul, "torch"
 
 
+@dataclass
+class Projections:
+    """The full-size model's QKV and gate-up weights and q/k norms (random, bf16, on CUDA),
+    and the SiLU gate the engine runs after the gate-up GEMM."""
+
+    w_qkv: torch.Tensor
+    w_gu: torch.Tensor
+    norms: torch.Tensor
+    silu_and_mul: Callable
+    silu_lib: str
+
+    @classmethod
+    def make(cls) -> Projections:
+        torch.manual_seed(0)
+        dev, dtype = torch.device("cuda"), torch.bfloat16
+        w_qkv = torch.randn((HQ + 2 * HKV) * D, HIDDEN, device=dev, dtype=dtype) * HIDDEN**-0.5
+        w_gu = torch.randn(2 * INTER, HIDDEN, device=dev, dtype=dtype) * HIDDEN**-0.5
+        norms = (1 + 0.1 * torch.randn(2, D, device=dev)).to(dtype)
+        return cls(w_qkv, w_gu, norms, *_silu_and_mul())
+
+    def inputs(self, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Random normed rows and their positions, as a step of `rows` packed rows has."""
+        return (torch.randn(rows, HIDDEN, device=self.w_qkv.device, dtype=self.w_qkv.dtype),
+                torch.randint(0, 2048, (rows,), device=self.w_qkv.device))
+
+    def unfused_qkv(self, x: torch.Tensor, pos: torch.Tensor):
+        """What the engine runs: cuBLAS, then the q/k norm + RoPE kernel -> q, k, v."""
+        from server.engine.qk_norm_rope import qk_norm_rope
+
+        qkv = F.linear(x, self.w_qkv).view(x.shape[0], HQ + 2 * HKV, D)
+        q, k = qk_norm_rope(qkv, self.norms, pos, HQ, HKV, EPS, THETA)
+        return q, k, qkv[:, HQ + HKV:]
+
+    def unfused_gate_up(self, x: torch.Tensor):
+        """What the engine runs: cuBLAS, then the SiLU gate."""
+        return self.silu_and_mul(F.linear(x, self.w_gu))
+
+
 def sweep(rows_list=ROWS) -> dict:
     from bench import gemm_epilogues as ge
-    from server.engine.qk_norm_rope import qk_norm_rope
 
-    torch.manual_seed(0)
-    dev, dtype = torch.device("cuda"), torch.bfloat16
-    w_qkv = torch.randn((HQ + 2 * HKV) * D, HIDDEN, device=dev, dtype=dtype) * HIDDEN**-0.5
-    w_gu = torch.randn(2 * INTER, HIDDEN, device=dev, dtype=dtype) * HIDDEN**-0.5
-    norms = (1 + 0.1 * torch.randn(2, D, device=dev)).to(dtype)
-    silu_and_mul, silu_lib = _silu_and_mul()
-    out = {"silu_and_mul": silu_lib, "rows": {}}
+    p = Projections.make()
+    w_qkv, w_gu, norms = p.w_qkv, p.w_gu, p.norms
+    out = {"silu_and_mul": p.silu_lib, "rows": {}}
     for rows in rows_list:
-        x = torch.randn(rows, HIDDEN, device=dev, dtype=dtype)
-        pos = torch.randint(0, 2048, (rows,), device=dev)
-
-        def unfused_qkv():
-            qkv = F.linear(x, w_qkv).view(rows, HQ + 2 * HKV, D)
-            q, k = qk_norm_rope(qkv, norms, pos, HQ, HKV, EPS, THETA)
-            return q, k, qkv[:, HQ + HKV:]
-
-        def unfused_gate_up():
-            return silu_and_mul(F.linear(x, w_gu))
-
+        x, pos = p.inputs(rows)
+        unfused_qkv, unfused_gate_up = partial(p.unfused_qkv, x, pos), partial(p.unfused_gate_up, x)
         ref_qkv, ref_gu = unfused_qkv(), unfused_gate_up()
         row: dict = {"qkv_unfused_us": per_call_us(unfused_qkv), "gate_up_unfused_us": per_call_us(unfused_gate_up),
                      "qkv": {}, "gate_up": {}}

@@ -49,6 +49,12 @@ class TileConfig:
     stages: int = 4
     group_m: int = 8
 
+    @property
+    def name(self) -> str:
+        """`BMxBNxBK`, warps, stages, and the row-tile group when not 8: `128x64x64w4s3g4`."""
+        group = "" if self.group_m == 8 else f"g{self.group_m}"
+        return f"{self.bm}x{self.bn}x{self.bk}w{self.warps}s{self.stages}{group}"
+
 
 DEFAULT_TILE = TileConfig()
 

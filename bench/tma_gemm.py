@@ -25,9 +25,10 @@ the forward gained 0.7-2.5%, the 256 mix nothing (`*-fused-gate-ab.json`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
+
+from bench.gemm_epilogues import TileConfig
 
 try:  # Triton is optional: CPU installs use the unfused path
     import triton
@@ -37,26 +38,8 @@ except Exception:  # noqa: BLE001
     triton = None
 
 
-@dataclass(frozen=True)
-class Tile:
-    """A program's tile: `bm` rows by `bn` columns of each accumulator, `bk` of the inner
-    dimension a stage, `stages` stages in flight, `group_m` row tiles per column sweep."""
-
-    bm: int = 128
-    bn: int = 128
-    bk: int = 64
-    warps: int = 8
-    stages: int = 3
-    group_m: int = 8
-
-    @property
-    def name(self) -> str:
-        group = "" if self.group_m == 8 else f"g{self.group_m}"
-        return f"{self.bm}x{self.bn}x{self.bk}w{self.warps}s{self.stages}{group}"
-
-
 # the default tile of these experiments: 128 x 128 (of each accumulator), eight warps
-WIDE = Tile()
+WIDE = TileConfig(128, 128, 64, 8, 3)
 
 if triton is not None:
     from server.engine.qk_norm_rope import norm_rope_halves
@@ -71,20 +54,32 @@ if triton is not None:
         return first_m + (pid % per_group) % size_m, (pid % per_group) // size_m
 
     @triton.jit
-    def _gate_up_silu_kernel(a_desc, w_desc, o_desc, M, INTER: tl.constexpr, K: tl.constexpr,
-                             BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr):
-        pid_m, pid_n = _tile_ids(tl.program_id(0), tl.cdiv(M, BM), INTER // BN, GROUP_M)
-        off_m, off_n = pid_m * BM, pid_n * BN
-        acc_gate = tl.zeros((BM, BN), tl.float32)
-        acc_up = tl.zeros((BM, BN), tl.float32)
+    def _dual_dot(a_desc, w_desc, off_m, col1, col2, K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+                  BK: tl.constexpr):
+        """(a[rows] @ w[col1:+BN].T, a[rows] @ w[col2:+BN].T) in float32, one stream of a."""
+        acc1 = tl.zeros((BM, BN), tl.float32)
+        acc2 = tl.zeros((BM, BN), tl.float32)
         for k in range(0, K, BK):
             a = a_desc.load([off_m, k])
-            acc_gate = tl.dot(a, w_desc.load([off_n, k]).T, acc_gate)
-            acc_up = tl.dot(a, w_desc.load([INTER + off_n, k]).T, acc_up)
+            acc1 = tl.dot(a, w_desc.load([col1, k]).T, acc1)
+            acc2 = tl.dot(a, w_desc.load([col2, k]).T, acc2)
+        return acc1, acc2
+
+    @triton.jit
+    def _gate_up_tile(a_desc, w_desc, o_desc, off_m, off_n, INTER: tl.constexpr, K: tl.constexpr,
+                      BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+        """One (BM, BN) tile of silu(gate) * up."""
+        acc_gate, acc_up = _dual_dot(a_desc, w_desc, off_m, off_n, INTER + off_n, K, BM, BN, BK)
         # the GEMM's output as the unfused path stores it, then that path's float32 arithmetic
         gate = acc_gate.to(o_desc.dtype).to(tl.float32)
         up = acc_up.to(o_desc.dtype).to(tl.float32)
         o_desc.store([off_m, off_n], (gate / (1.0 + tl.exp(-gate)) * up).to(o_desc.dtype))
+
+    @triton.jit
+    def _gate_up_silu_kernel(a_desc, w_desc, o_desc, M, INTER: tl.constexpr, K: tl.constexpr,
+                             BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr):
+        pid_m, pid_n = _tile_ids(tl.program_id(0), tl.cdiv(M, BM), INTER // BN, GROUP_M)
+        _gate_up_tile(a_desc, w_desc, o_desc, pid_m * BM, pid_n * BN, INTER, K, BM, BN, BK)
 
     @triton.jit
     def _linear_kernel(a_desc, w_desc, o_desc, M, N: tl.constexpr, K: tl.constexpr,
@@ -105,16 +100,7 @@ if triton is not None:
         num_n: tl.constexpr = INTER // BN
         for tile in tl.range(tl.program_id(0), num_m * num_n, PROGRAMS, flatten=FLATTEN, warp_specialize=WS):
             pid_m, pid_n = _tile_ids(tile, num_m, num_n, GROUP_M)
-            off_m, off_n = pid_m * BM, pid_n * BN
-            acc_gate = tl.zeros((BM, BN), tl.float32)
-            acc_up = tl.zeros((BM, BN), tl.float32)
-            for k in range(0, K, BK):
-                a = a_desc.load([off_m, k])
-                acc_gate = tl.dot(a, w_desc.load([off_n, k]).T, acc_gate)
-                acc_up = tl.dot(a, w_desc.load([INTER + off_n, k]).T, acc_up)
-            gate = acc_gate.to(o_desc.dtype).to(tl.float32)
-            up = acc_up.to(o_desc.dtype).to(tl.float32)
-            o_desc.store([off_m, off_n], (gate / (1.0 + tl.exp(-gate)) * up).to(o_desc.dtype))
+            _gate_up_tile(a_desc, w_desc, o_desc, pid_m * BM, pid_n * BN, INTER, K, BM, BN, BK)
 
     @triton.jit
     def _qkv_norm_rope_kernel(a_desc, w_desc, q_desc, k_desc, v_desc, norms, pos, M, eps, log2_theta,
@@ -123,12 +109,7 @@ if triton is not None:
         pid_m, head = _tile_ids(tl.program_id(0), tl.cdiv(M, BM), NQ + 2 * NK, GROUP_M)
         off_m = pid_m * BM
         col = head * (2 * HALF)
-        acc1 = tl.zeros((BM, HALF), tl.float32)
-        acc2 = tl.zeros((BM, HALF), tl.float32)
-        for k in range(0, K, BK):
-            a = a_desc.load([off_m, k])
-            acc1 = tl.dot(a, w_desc.load([col, k]).T, acc1)
-            acc2 = tl.dot(a, w_desc.load([col + HALF, k]).T, acc2)
+        acc1, acc2 = _dual_dot(a_desc, w_desc, off_m, col, col + HALF, K, BM, HALF, BK)
         dtype: tl.constexpr = q_desc.dtype
         x1 = acc1.to(dtype).to(tl.float32)
         x2 = acc2.to(dtype).to(tl.float32)
@@ -197,11 +178,11 @@ def _desc(t: torch.Tensor, block: list[int]):
     return TensorDescriptor.from_tensor(t, block)
 
 
-def _launch_opts(tile: Tile) -> dict:
+def _launch_opts(tile: TileConfig) -> dict:
     return {"num_warps": tile.warps, "num_stages": tile.stages}
 
 
-def linear(x: torch.Tensor, w: torch.Tensor, tile: Tile = WIDE) -> torch.Tensor:
+def linear(x: torch.Tensor, w: torch.Tensor, tile: TileConfig = WIDE) -> torch.Tensor:
     """x (S, K) @ w.T, w (N, K) -> (S, N)."""
     seq, k = x.shape
     n = w.shape[0]
@@ -214,7 +195,7 @@ def linear(x: torch.Tensor, w: torch.Tensor, tile: Tile = WIDE) -> torch.Tensor:
     return out
 
 
-def gate_up_silu(x: torch.Tensor, w_gate_up: torch.Tensor, tile: Tile = WIDE) -> torch.Tensor:
+def gate_up_silu(x: torch.Tensor, w_gate_up: torch.Tensor, tile: TileConfig = WIDE) -> torch.Tensor:
     """x (S, hidden) @ w_gate_up.T (gate rows, then up rows) -> silu(gate) * up, (S, inter)."""
     seq, hidden = x.shape
     inter = w_gate_up.shape[0] // 2
@@ -228,7 +209,7 @@ def gate_up_silu(x: torch.Tensor, w_gate_up: torch.Tensor, tile: Tile = WIDE) ->
     return out
 
 
-def gate_up_silu_persistent(x: torch.Tensor, w_gate_up: torch.Tensor, tile: Tile = WIDE, *,
+def gate_up_silu_persistent(x: torch.Tensor, w_gate_up: torch.Tensor, tile: TileConfig = WIDE, *,
                             flatten: bool = True, warp_specialize: bool = False) -> torch.Tensor:
     """`gate_up_silu` with one program per SM (Triton's persistent matmul form)."""
     seq, hidden = x.shape
@@ -247,7 +228,7 @@ def gate_up_silu_persistent(x: torch.Tensor, w_gate_up: torch.Tensor, tile: Tile
 
 
 def qkv_heads(x: torch.Tensor, w_qkv: torch.Tensor, norms: torch.Tensor, pos: torch.Tensor,
-              num_q_heads: int, num_kv_heads: int, eps: float, theta: float, tile: Tile = WIDE,
+              num_q_heads: int, num_kv_heads: int, eps: float, theta: float, tile: TileConfig = WIDE,
               heads_per_program: int = 2) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """`qkv_norm_rope` with `heads_per_program` whole heads in one accumulator."""
     seq, hidden = x.shape
@@ -272,7 +253,7 @@ def qkv_heads(x: torch.Tensor, w_qkv: torch.Tensor, norms: torch.Tensor, pos: to
 
 def qkv_norm_rope(x: torch.Tensor, w_qkv: torch.Tensor, norms: torch.Tensor, pos: torch.Tensor,
                   num_q_heads: int, num_kv_heads: int, eps: float, theta: float,
-                  tile: Tile = WIDE) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                  tile: TileConfig = WIDE) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """x (S, hidden) @ w_qkv.T with Qwen3's q/k norm and RoPE -> q (S, Hq, D), k and v
     (S, Hkv, D), contiguous. `norms` is (2, D) = [q_norm; k_norm]; `tile.bn` is ignored
     (a program owns one head, as two halves)."""

@@ -10,20 +10,18 @@ graph) and the relative difference from the unfused path.
 from __future__ import annotations
 
 import json
+from functools import partial
 
-import torch
 import torch.nn.functional as F
 
-from bench.epilogue_sweep import EPS, HIDDEN, HKV, HQ, INTER, THETA, D, _silu_and_mul
-from bench.gemm_epilogues import relative_error
+from bench.epilogue_sweep import EPS, HKV, HQ, THETA, Projections
+from bench.gemm_epilogues import TileConfig as Tile, relative_error
 from bench.sweeps import cuda_sweep_parser, per_call_us, run_cuda_sweep
 
 ROWS = (544, 1605, 4296, 8592, 17000, 34256)
 
 
 def _tiles_gate_up():
-    from bench.tma_gemm import Tile
-
     return [Tile(128, 64, 64, 4, 3), Tile(128, 64, 64, 4, 3, 4), Tile(128, 64, 64, 4, 3, 16),
             Tile(128, 128, 64, 8, 3), Tile(128, 128, 64, 8, 3, 4), Tile(128, 128, 64, 8, 3, 16),
             Tile(128, 128, 64, 8, 4), Tile(64, 128, 64, 4, 4)]
@@ -31,22 +29,16 @@ def _tiles_gate_up():
 
 def _tiles_qkv():
     """(tile, heads a program): 0 is the two-halves kernel, one head a program."""
-    from bench.tma_gemm import Tile
-
     return [(Tile(64, 64, 64, 4, 4), 0), (Tile(128, 256, 64, 8, 3), 2), (Tile(128, 256, 64, 8, 4), 2),
             (Tile(128, 256, 64, 8, 3, 4), 2), (Tile(64, 256, 64, 4, 3), 2), (Tile(64, 256, 64, 4, 4), 2),
             (Tile(128, 128, 64, 8, 3), 1), (Tile(128, 128, 64, 4, 3), 1), (Tile(64, 128, 64, 4, 4), 1)]
 
 
 def _tiles_linear():
-    from bench.tma_gemm import Tile
-
     return [Tile(128, 128, 64, 8, 3), Tile(128, 256, 64, 8, 3)]
 
 
 def _persistent():
-    from bench.tma_gemm import Tile
-
     return [(Tile(128, 128, 64, 8, 3), False, True), (Tile(128, 128, 64, 8, 4), False, True),
             (Tile(128, 128, 64, 8, 3, 4), False, True), (Tile(128, 64, 64, 4, 3), False, True)]
 
@@ -72,27 +64,13 @@ def _best(into: dict) -> dict | None:
 
 def sweep(rows_list=ROWS, out_path: str | None = None) -> dict:
     from bench import tma_gemm as tg
-    from server.engine.qk_norm_rope import qk_norm_rope
 
-    torch.manual_seed(0)
-    dev, dtype = torch.device("cuda"), torch.bfloat16
-    w_qkv = torch.randn((HQ + 2 * HKV) * D, HIDDEN, device=dev, dtype=dtype) * HIDDEN**-0.5
-    w_gu = torch.randn(2 * INTER, HIDDEN, device=dev, dtype=dtype) * HIDDEN**-0.5
-    norms = (1 + 0.1 * torch.randn(2, D, device=dev)).to(dtype)
-    silu_and_mul, silu_lib = _silu_and_mul()
-    result = {"silu_and_mul": silu_lib, "rows": {}}
+    p = Projections.make()
+    w_qkv, w_gu, norms = p.w_qkv, p.w_gu, p.norms
+    result = {"silu_and_mul": p.silu_lib, "rows": {}}
     for rows in rows_list:
-        x = torch.randn(rows, HIDDEN, device=dev, dtype=dtype)
-        pos = torch.randint(0, 2048, (rows,), device=dev)
-
-        def unfused_qkv():
-            qkv = F.linear(x, w_qkv).view(rows, HQ + 2 * HKV, D)
-            q, k = qk_norm_rope(qkv, norms, pos, HQ, HKV, EPS, THETA)
-            return q, k, qkv[:, HQ + HKV:]
-
-        def unfused_gate_up():
-            return silu_and_mul(F.linear(x, w_gu))
-
+        x, pos = p.inputs(rows)
+        unfused_qkv, unfused_gate_up = partial(p.unfused_qkv, x, pos), partial(p.unfused_gate_up, x)
         ref_qkv, ref_gu = unfused_qkv(), unfused_gate_up()
         row: dict = {
             "cublas_qkv_us": per_call_us(lambda: F.linear(x, w_qkv)),

@@ -100,12 +100,14 @@ def test_chorus_bench_cli_help_and_cpu_refusal():
         assert run.returncode == 2 and "CUDA" in run.stderr
 
 
-def test_attention_sweep_refuses_a_machine_without_cuda():
+@pytest.mark.parametrize("command", [["bench.attention_sweep"], ["bench.epilogue_sweep"], ["bench.small_gemm_sweep"],
+                                     ["bench.tma_sweep"], ["bench.lanes", "--checkpoint", "nowhere"]])
+def test_cuda_sweeps_refuse_a_machine_without_cuda(command):
     import torch
 
     if torch.cuda.is_available():
         pytest.skip("a GPU is here: the sweep would run")
-    run = subprocess.run([sys.executable, "-m", "bench.attention_sweep"], capture_output=True, text=True, timeout=120)
+    run = subprocess.run([sys.executable, "-m", *command], capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and "CUDA" in run.stderr
 
 
