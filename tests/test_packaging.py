@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -25,10 +26,17 @@ def test_every_server_package_is_listed():
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> Path:
-    """The wheel, unpacked: what `pip install` puts into site-packages."""
+    """The wheel, unpacked: what `pip install` puts into site-packages. Built from a copy of
+    what the wheel is made of, so a stale `build/` of the checkout (setuptools reuses it and
+    keeps modules deleted since) cannot slip into it."""
     out = tmp_path_factory.mktemp("wheel")
+    source = tmp_path_factory.mktemp("source")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, source / name)
+    for name in ("server", "web"):
+        shutil.copytree(REPO / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out),
-                    str(REPO)], check=True, capture_output=True, timeout=300)
+                    str(source)], check=True, capture_output=True, timeout=300)
     (wheel,) = out.glob("*.whl")
     site = out / "site"
     with zipfile.ZipFile(wheel) as zf:
