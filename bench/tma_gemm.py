@@ -3,7 +3,7 @@
 `bench/gemm_epilogues.py` did the same fusions on Triton's pointer-loaded GEMM, which runs
 15-45% behind cuBLAS at the model's shapes, so they lost. Here the operands come in through
 tensor descriptors (Hopper's TMA: one bulk copy a tile, no address arithmetic in the main
-loop), the form in which Triton's GEMM comes nearest cuBLAS on Hopper:
+loop), as Triton's own Hopper matmul tutorials load them:
 
 - `linear`: the plain projection, the yardstick of the GEMM's own rate against cuBLAS;
 - `gate_up_silu`: `bn` columns of the gate and the same of the up projection a program;
