@@ -134,8 +134,6 @@ if triton is not None:
             v_desc.store([off_m, vc + HALF], x2.to(dtype))
 
 
-if triton is not None:
-
     @triton.jit
     def _qkv_heads_kernel(a_desc, w_desc, q_desc, k_desc, v_desc, norms, pos, M, eps, log2_theta,
                           K: tl.constexpr, NQ: tl.constexpr, NK: tl.constexpr, HALF: tl.constexpr, HP: tl.constexpr,
