@@ -151,6 +151,12 @@ if triton is not None:
         tl.store(dst, y.to(out.dtype.element_ty), mask=(rows < M)[:, None])
 
 
+def qkv_outputs(x: torch.Tensor, w_qkv: torch.Tensor, num_q_heads: int, num_kv_heads: int):
+    """(D, q, k, v) for x @ w_qkv.T: empty contiguous q (S, Hq, D), k and v (S, Hkv, D)."""
+    seq, d = x.shape[0], w_qkv.shape[0] // (num_q_heads + 2 * num_kv_heads)
+    return d, x.new_empty(seq, num_q_heads, d), x.new_empty(seq, num_kv_heads, d), x.new_empty(seq, num_kv_heads, d)
+
+
 def _grid(rows: int, bm: int, col_tiles: int) -> tuple[int]:
     return (triton.cdiv(rows, bm) * col_tiles,)
 
@@ -162,10 +168,7 @@ def qkv_norm_rope(x: torch.Tensor, w_qkv: torch.Tensor, norms: torch.Tensor, pos
     k (S, Hkv, D), v (S, Hkv, D), all contiguous. `norms` is (2, D) = [q_norm; k_norm]."""
     seq, hidden = x.shape
     heads = num_q_heads + 2 * num_kv_heads
-    d = w_qkv.shape[0] // heads
-    q = x.new_empty(seq, num_q_heads, d)
-    k = x.new_empty(seq, num_kv_heads, d)
-    v = x.new_empty(seq, num_kv_heads, d)
+    d, q, k, v = qkv_outputs(x, w_qkv, num_q_heads, num_kv_heads)
     if seq == 0:
         return q, k, v
     cfg = cfg or DEFAULT_TILE

@@ -28,7 +28,7 @@ import math
 
 import torch
 
-from bench.gemm_epilogues import TileConfig
+from bench.gemm_epilogues import TileConfig, qkv_outputs
 
 try:  # Triton is optional: CPU installs use the unfused path
     import triton
@@ -231,10 +231,7 @@ def qkv_heads(x: torch.Tensor, w_qkv: torch.Tensor, norms: torch.Tensor, pos: to
     """`qkv_norm_rope` with `heads_per_program` whole heads in one accumulator."""
     seq, hidden = x.shape
     heads = num_q_heads + 2 * num_kv_heads
-    d = w_qkv.shape[0] // heads
-    q = x.new_empty(seq, num_q_heads, d)
-    k = x.new_empty(seq, num_kv_heads, d)
-    v = x.new_empty(seq, num_kv_heads, d)
+    d, q, k, v = qkv_outputs(x, w_qkv, num_q_heads, num_kv_heads)
     hp = heads_per_program
     if seq:
         assert num_q_heads % hp == 0 and num_kv_heads % hp == 0
@@ -257,10 +254,7 @@ def qkv_norm_rope(x: torch.Tensor, w_qkv: torch.Tensor, norms: torch.Tensor, pos
     (a program owns one head, as two halves)."""
     seq, hidden = x.shape
     heads = num_q_heads + 2 * num_kv_heads
-    d = w_qkv.shape[0] // heads
-    q = x.new_empty(seq, num_q_heads, d)
-    k = x.new_empty(seq, num_kv_heads, d)
-    v = x.new_empty(seq, num_kv_heads, d)
+    d, q, k, v = qkv_outputs(x, w_qkv, num_q_heads, num_kv_heads)
     if seq:
         half = d // 2
         grid = (triton.cdiv(seq, tile.bm) * heads,)
