@@ -79,6 +79,31 @@ class Projections:
         return self.silu_and_mul(F.linear(x, self.w_gu))
 
 
+def time_case(fn, want, into: dict, name: str) -> None:
+    """`into[name]`: microseconds a call of `fn` and the largest relative difference of its
+    output(s) from `want`, or the error that kept it from running (a tile the card cannot
+    hold, a Triton refusal)."""
+    from bench.gemm_epilogues import relative_error
+
+    try:
+        got = fn()
+        got = got if isinstance(got, tuple) else (got,)
+        want = want if isinstance(want, tuple) else (want,)
+        error = max(relative_error(g, w) for g, w in zip(got, want))
+        into[name] = {"us": per_call_us(fn), "rel_vs_unfused": round(error, 6)}
+    except Exception as exc:  # noqa: BLE001 - recorded, the sweep goes on
+        into[name] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+
+
+def fastest(cases: dict) -> tuple[str, float] | None:
+    """(name, microseconds) of the fastest case that ran, None when none did."""
+    timed = {k: v["us"] for k, v in cases.items() if "us" in v}
+    if not timed:
+        return None
+    best = min(timed, key=timed.get)
+    return best, timed[best]
+
+
 def sweep(rows_list=ROWS) -> dict:
     from bench import gemm_epilogues as ge
 
@@ -93,30 +118,15 @@ def sweep(rows_list=ROWS) -> dict:
                      "qkv": {}, "gate_up": {}}
         for shape in QKV_SHAPES:
             cfg = ge.TileConfig(*shape)
-            name = "x".join(map(str, shape))
-            try:
-                got = ge.qkv_norm_rope(x, w_qkv, norms, pos, HQ, HKV, EPS, THETA, cfg)
-                error = max(ge.relative_error(g, r) for g, r in zip(got, ref_qkv))
-                row["qkv"][name] = {"us": per_call_us(lambda: ge.qkv_norm_rope(x, w_qkv, norms, pos, HQ, HKV, EPS,
-                                                                               THETA, cfg)),
-                                    "rel_vs_unfused": round(error, 6)}
-            except Exception as exc:  # noqa: BLE001 - a shape the card cannot hold
-                row["qkv"][name] = {"error": str(exc)[:200]}
+            time_case(lambda: ge.qkv_norm_rope(x, w_qkv, norms, pos, HQ, HKV, EPS, THETA, cfg), ref_qkv, row["qkv"],
+                      "x".join(map(str, shape)))
         for shape in GATE_UP_SHAPES:
             cfg = ge.TileConfig(*shape)
-            name = "x".join(map(str, shape))
-            try:
-                got = ge.gate_up_silu(x, w_gu, cfg)
-                row["gate_up"][name] = {"us": per_call_us(lambda: ge.gate_up_silu(x, w_gu, cfg)),
-                                        "rel_vs_unfused": round(ge.relative_error(got, ref_gu), 6)}
-            except Exception as exc:  # noqa: BLE001
-                row["gate_up"][name] = {"error": str(exc)[:200]}
+            time_case(lambda: ge.gate_up_silu(x, w_gu, cfg), ref_gu, row["gate_up"], "x".join(map(str, shape)))
         for kind in ("qkv", "gate_up"):
-            timed = {k: v["us"] for k, v in row[kind].items() if "us" in v}
-            if timed:
-                best = min(timed, key=timed.get)
-                row[f"{kind}_best"] = {"shape": best, "us": timed[best],
-                                       "saving_us": round(row[f"{kind}_unfused_us"] - timed[best], 2)}
+            if best := fastest(row[kind]):
+                row[f"{kind}_best"] = {"shape": best[0], "us": best[1],
+                                       "saving_us": round(row[f"{kind}_unfused_us"] - best[1], 2)}
         for kind, w in (("qkv", w_qkv), ("gate_up", w_gu)):  # the GEMM's rate at the best fused time
             if best := row.get(f"{kind}_best"):
                 best["tflops"] = round(2 * rows * HIDDEN * w.shape[0] / best["us"] / 1e6, 1)

@@ -14,8 +14,8 @@ from functools import partial
 
 import torch.nn.functional as F
 
-from bench.epilogue_sweep import EPS, HKV, HQ, THETA, Projections
-from bench.gemm_epilogues import TileConfig as Tile, relative_error
+from bench.epilogue_sweep import EPS, HKV, HQ, THETA, Projections, fastest, time_case
+from bench.gemm_epilogues import TileConfig as Tile
 from bench.sweeps import cuda_sweep_parser, per_call_us, run_cuda_sweep
 
 ROWS = (544, 1605, 4296, 8592, 17000, 34256)
@@ -43,25 +43,6 @@ def _persistent():
             (Tile(128, 128, 64, 8, 3, 4), False, True), (Tile(128, 64, 64, 4, 3), False, True)]
 
 
-def _time(fn, want, into: dict, name: str) -> None:
-    try:
-        got = fn()
-        got = got if isinstance(got, tuple) else (got,)
-        want = want if isinstance(want, tuple) else (want,)
-        into[name] = {"us": per_call_us(fn), "rel_vs_unfused": round(max(relative_error(g, w)
-                                                                          for g, w in zip(got, want)), 6)}
-    except Exception as exc:  # noqa: BLE001 - a shape the card cannot hold, a Triton refusal
-        into[name] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
-
-
-def _best(into: dict) -> dict | None:
-    timed = {k: v["us"] for k, v in into.items() if "us" in v}
-    if not timed:
-        return None
-    best = min(timed, key=timed.get)
-    return {"tile": best, "us": timed[best]}
-
-
 def sweep(rows_list=ROWS, out_path: str | None = None) -> dict:
     from bench import tma_gemm as tg
 
@@ -79,22 +60,23 @@ def sweep(rows_list=ROWS, out_path: str | None = None) -> dict:
             "linear_qkv": {}, "linear_gate_up": {}, "gate_up": {}, "gate_up_persistent": {}, "qkv": {},
         }
         for tile in _tiles_linear():
-            _time(lambda: tg.linear(x, w_qkv, tile), F.linear(x, w_qkv), row["linear_qkv"], tile.name)
-            _time(lambda: tg.linear(x, w_gu, tile), F.linear(x, w_gu), row["linear_gate_up"], tile.name)
+            time_case(lambda: tg.linear(x, w_qkv, tile), F.linear(x, w_qkv), row["linear_qkv"], tile.name)
+            time_case(lambda: tg.linear(x, w_gu, tile), F.linear(x, w_gu), row["linear_gate_up"], tile.name)
         for tile in _tiles_gate_up():
-            _time(lambda: tg.gate_up_silu(x, w_gu, tile), ref_gu, row["gate_up"], tile.name)
+            time_case(lambda: tg.gate_up_silu(x, w_gu, tile), ref_gu, row["gate_up"], tile.name)
         for tile, flatten, ws in _persistent():
-            _time(lambda: tg.gate_up_silu_persistent(x, w_gu, tile, flatten=flatten, warp_specialize=ws), ref_gu,
-                  row["gate_up_persistent"], f"{tile.name}{'f' if flatten else ''}{'ws' if ws else ''}")
+            time_case(lambda: tg.gate_up_silu_persistent(x, w_gu, tile, flatten=flatten, warp_specialize=ws), ref_gu,
+                      row["gate_up_persistent"], f"{tile.name}{'f' if flatten else ''}{'ws' if ws else ''}")
         for tile, hp in _tiles_qkv():
             if hp:
-                _time(lambda: tg.qkv_heads(x, w_qkv, norms, pos, HQ, HKV, EPS, THETA, tile, hp), ref_qkv, row["qkv"],
-                      f"{tile.name}h{hp}")
+                time_case(lambda: tg.qkv_heads(x, w_qkv, norms, pos, HQ, HKV, EPS, THETA, tile, hp), ref_qkv,
+                          row["qkv"], f"{tile.name}h{hp}")
             else:
-                _time(lambda: tg.qkv_norm_rope(x, w_qkv, norms, pos, HQ, HKV, EPS, THETA, tile), ref_qkv, row["qkv"],
-                      f"{tile.name}halves")
+                time_case(lambda: tg.qkv_norm_rope(x, w_qkv, norms, pos, HQ, HKV, EPS, THETA, tile), ref_qkv,
+                          row["qkv"], f"{tile.name}halves")
         for kind in ("linear_qkv", "linear_gate_up", "gate_up", "gate_up_persistent", "qkv"):
-            row[f"{kind}_best"] = _best(row[kind])
+            best = fastest(row[kind])
+            row[f"{kind}_best"] = best and {"tile": best[0], "us": best[1]}
         result["rows"][rows] = row
         print(rows, json.dumps({k: v for k, v in row.items() if not isinstance(v, dict) or k.endswith("best")}),
               flush=True)
