@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
-_MIN_SCALE = 1e-12  # an all-zero row still gets a finite, positive scale
+MIN_SCALE = 1e-12  # an all-zero row still gets a finite, positive scale
 
 
 class QuantizationUnsupported(RuntimeError):
@@ -56,7 +56,7 @@ class Fp8Weight:
 def quantize_weight(weight: torch.Tensor) -> Fp8Weight:
     """Per output channel: scale = max |w| of the row / 448, so every row uses the full range."""
     w = weight.float()
-    scale = w.abs().amax(dim=1, keepdim=True).clamp(min=_MIN_SCALE) / FP8_MAX
+    scale = w.abs().amax(dim=1, keepdim=True).clamp(min=MIN_SCALE) / FP8_MAX
     q = (w / scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
     return Fp8Weight(q.contiguous(), scale.view(1, -1).contiguous())
 
@@ -77,7 +77,7 @@ class QuantizedRows:
 def quantize_rows_torch(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per token: each row of x (M, K) scaled into e4m3's range; returns (q, scales (M, 1))."""
     xf = x.float()
-    scale = xf.abs().amax(dim=1, keepdim=True).clamp(min=_MIN_SCALE) / FP8_MAX
+    scale = xf.abs().amax(dim=1, keepdim=True).clamp(min=MIN_SCALE) / FP8_MAX
     return (xf / scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn), scale
 
 

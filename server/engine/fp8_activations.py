@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from server.engine.fp8 import ActivationQuantizers, QuantizedRows
+from server.engine.fp8 import FP8_MAX, MIN_SCALE, ActivationQuantizers, QuantizedRows
 
 try:  # Triton is optional: without it `fp8.activation_quantizers` gives the torch references
     import triton
@@ -22,11 +22,14 @@ except Exception:  # noqa: BLE001
     triton = None
 
 if triton is not None:
+    # fp8.py's bounds, as compile-time constants of the kernels
+    E4M3_MAX: tl.constexpr = tl.constexpr(FP8_MAX)
+    SCALE_FLOOR: tl.constexpr = tl.constexpr(MIN_SCALE)
 
     @triton.jit
     def store_quantized(y, q_ptr, s_ptr, row, K, offs, keep):
-        scale = tl.maximum(tl.max(tl.abs(y), axis=0), 1e-12) / 448.0
-        q = tl.minimum(tl.maximum(y / scale, -448.0), 448.0)
+        scale = tl.maximum(tl.max(tl.abs(y), axis=0), SCALE_FLOOR) / E4M3_MAX
+        q = tl.minimum(tl.maximum(y / scale, -E4M3_MAX), E4M3_MAX)
         tl.store(q_ptr + row * K + offs, q.to(q_ptr.dtype.element_ty), mask=keep)  # e4m3 (float32: tests)
         tl.store(s_ptr + row, scale)
 
