@@ -15,19 +15,17 @@ empty and both forwards the same.
 
 from __future__ import annotations
 
-import itertools
 import json
 import statistics
 
 import torch
 
-from bench.sweeps import cuda_sweep_parser, per_call_us, run_cuda_sweep
+from bench.sweeps import LAYERS, cuda_sweep_parser, per_layer_us, run_cuda_sweep
 
 HIDDEN, Q_DIM, KV_DIM, INTER = 1024, 2048, 1024, 3072
 SHAPES = {"qkv": (Q_DIM + 2 * KV_DIM, HIDDEN), "o": (HIDDEN, Q_DIM), "gate_up": (2 * INTER, HIDDEN),
           "down": (HIDDEN, INTER)}
 ROWS = (160, 544, 1088)
-LAYERS = 28
 
 
 WIDE = ((64, 64, 128, 1, 4, 3), (128, 64, 128, 1, 4, 3), (64, 128, 64, 1, 4, 4), (128, 128, 64, 1, 8, 4),
@@ -43,13 +41,6 @@ def configs(n: int, k: int, rows: int) -> list:
 
     tiles = [GemmTile(*c) for c in (NARROW if n <= 2048 else WIDE)]
     return [t for t in tiles if t.bm <= 2 * rows and t.fits(n, k) and k // (t.split_k * t.bk) >= 2]
-
-
-def per_layer_us(call) -> float:
-    """Median microseconds a call of `call(layer)`, one call per layer in one CUDA graph (each
-    on its own weights)."""
-    layer = itertools.cycle(range(LAYERS))
-    return per_call_us(lambda: call(next(layer)), reps=LAYERS, iters=15)
 
 
 def sweep_gemms(min_gain: float) -> tuple[dict, dict]:

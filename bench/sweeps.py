@@ -5,6 +5,7 @@ write the JSON)."""
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import sys
@@ -36,6 +37,16 @@ def per_call_us(fn, reps: int = 28, iters: int = 30) -> float:
         end.synchronize()
         times.append(start.elapsed_time(end) * 1000 / reps)
     return round(statistics.median(times), 2)
+
+
+LAYERS = 28  # the full-size model's layers: a sweep's calls each read their own weights
+
+
+def per_layer_us(call, layers: int = LAYERS) -> float:
+    """Median microseconds a call of `call(layer)`, one call per layer in one CUDA graph (each
+    on its own weights, so they come from memory as a forward's do, not from the L2 cache)."""
+    layer = itertools.cycle(range(layers))
+    return per_call_us(lambda: call(next(layer)), reps=layers, iters=15)
 
 
 def cuda_sweep_parser(module: str, doc: str) -> argparse.ArgumentParser:

@@ -88,6 +88,28 @@ def test_graph_replay_equals_eager_and_reuses_plans(models):
     assert graphed.stats.graph_steps == 8 and graphed.stats.captures
 
 
+@pytest.mark.parametrize(("seed", "n_items"), [(9, 1), (5, 2)])  # ~60 rows: four slices; ~540: two
+def test_split_projections_change_nothing_but_rounding(models, seed, n_items):
+    """Small steps split the O and down projections by default; the forward must stay as
+    close to the unsplit one as the reference's half precision is to float32, graphed too."""
+    from bench.parity import compare, parity_canvas, reference_target_logits
+    from server.engine import split_k
+    from server.engine.fused_backbone import FusedBackbone
+
+    model = models["bfloat16"]
+    canvas = parity_canvas(model, seed, "cuda", n_items=n_items)
+    assert split_k.splits_for(canvas.total_len) > 1
+    floor = compare(reference_target_logits(model, canvas),
+                    reference_target_logits(models["float32"], parity_canvas(models["float32"], seed, "cuda",
+                                                                               n_items=n_items)))["rel_l2"]
+    unsplit = FusedBackbone(model, _fi(model), graphs=False, split_k=False)(canvas)
+    for graphs in (False, True):
+        backbone = FusedBackbone(model, _fi(model), graphs=graphs)
+        assert backbone.split_k
+        result = compare(backbone(canvas), unsplit)
+        assert result["finite"] and result["rel_l2"] < floor, (result, floor)
+
+
 def test_fp8_fused_activation_quantisation_changes_nothing_but_rounding(models):
     """With `--quantize fp8` the norms and the gate write e4m3 rows themselves; the forward
     must give what the unfused fp8 path (bf16 rows, then a quantising pass) gives, far

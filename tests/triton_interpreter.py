@@ -9,7 +9,8 @@ import subprocess
 import sys
 
 
-def run_in_triton_interpreter(script: str, timeout: float = 300) -> None:
+def run_in_triton_interpreter(script: str, timeout: float = 300, args: list[str] | None = None) -> None:
     env = dict(os.environ, TRITON_INTERPRET="1")
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout, env=env)
+    result = subprocess.run([sys.executable, "-c", script, *(args or [])], capture_output=True, text=True,
+                            timeout=timeout, env=env)
     assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]

@@ -12,6 +12,8 @@ out once at load for fewer, larger GEMMs:
 - `fused_add_rmsnorm` folds each residual add into the next norm; `silu_and_mul` the MLP gate
   (`kernels.py`).
 - On CUDA, q/k norm and RoPE are one Triton pass (`qk_norm_rope`) when its self-check passes.
+- On CUDA, steps of at most ~1k rows split the O and down projections along their inner
+  dimension, and the add + norm after each sums the slices (`split_k.py`).
 - The embedding merge and `audio_heads` are the reference modules' own; only target rows go
   through the head GEMM and the float32 upcast.
 - Small steps replay CUDA graphs (`cuda_graphs.py`), captured per bucket when the backbone is
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from server.engine import split_k
 from server.engine.attention import AttentionBackend, head_dim_of, make_attention_backend
 from server.engine.canvas import PackedCanvas
 from server.engine.cuda_graphs import (
@@ -67,7 +70,7 @@ class FusedBackbone:
     def __init__(self, model, attention: AttentionBackend, ops=None, *, graphs: bool = False,
                  token_buckets: tuple[int, ...] = GRAPH_TOKEN_BUCKETS,
                  doc_buckets: tuple[int, ...] = GRAPH_DOC_BUCKETS, fuse_qk_rope: bool | None = None,
-                 quantize: str | None = None):
+                 quantize: str | None = None, split_k: bool | None = None):
         self.model = model
         self.attention = attention
         self.ops = ops if ops is not None else (FlashInferOps() if attention.name == "flashinfer" else TorchOps())
@@ -94,6 +97,7 @@ class FusedBackbone:
         self.final_norm = model.llm.norm.weight
         self.stats = ForwardStats()
         self.qk_rope_kernel = self._pick_qk_rope(fuse_qk_rope)
+        self.split_k = self._pick_split_k(split_k)
         self.graphs_enabled = graphs and self.device.type == "cuda" and hasattr(attention, "graph_planner")
         self.graphs = StepGraphs(self._embed_and_layers, attention, self.device, self.num_codebooks, self.mask_id,
                                  self.stats, token_buckets, doc_buckets)
@@ -122,6 +126,24 @@ class FusedBackbone:
             return "separate"
         self.qk_rope_check_error = err
         return "triton"
+
+    def _pick_split_k(self, wanted: bool | None) -> bool:
+        """Whether small steps split their narrow projections: by default on CUDA in the
+        model's own dtype (not fp8), if the kernel's self-check passes."""
+        if wanted is None:
+            wanted = (self.device.type == "cuda" and self.quantize is None
+                      and os.environ.get("CHORUS_SPLIT_K", "") != "0")
+        if not wanted:
+            return False
+        from server.engine import split_k
+        from server.engine.triton_env import checked_error
+
+        if self.quantize is not None or not split_k.available(self.device if self.device.type == "cuda" else None):
+            log.info("split-K projections: unavailable here, unsplit")
+            return False
+        hidden = self.layers[0].w_o.shape[0]
+        return checked_error("split-K add + norm", lambda: split_k.check(self.device, self.dtype, hidden, self.eps),
+                             self.dtype, "unsplit projections") is not None
 
     @staticmethod
     @torch.no_grad()
@@ -157,6 +179,7 @@ class FusedBackbone:
         ops, eps = self.ops, self.eps
         seq, hq, hkv, d = x.shape[0], self.num_q_heads, self.num_kv_heads, self.head_dim
         residual = x  # updated in place by fused_add_rmsnorm
+        splits = split_k.splits_for(seq) if self.split_k else 1
         h = ops.rmsnorm(x, self.layers[0].ln1, eps)
         for i, layer in enumerate(self.layers):
             qkv = self.linear(h, layer.w_qkv).view(seq, hq + 2 * hkv, d)
@@ -170,14 +193,26 @@ class FusedBackbone:
                 ops.rope_inplace(q, k, pos, self.rope_theta)
             v = qkv[:, hq + hkv :]
             o = self.attention.attend(plan, q, k, v)
-            h = self.linear(o.reshape(seq, hq * d), layer.w_o)
-            h = self._add_norm(h, residual, layer.ln2)
-            h = self.linear(self._gate(self.linear(h, layer.w_gate_up)), layer.w_down)
-            if i + 1 < len(self.layers):
-                h = self._add_norm(h, residual, self.layers[i + 1].ln1)
-            else:  # the final norm: the hidden states stay in the model's dtype
-                ops.fused_add_rmsnorm(h, residual, self.final_norm, eps)
+            h = self._project_add_norm(o.reshape(seq, hq * d), layer.w_o, residual, layer.ln2, splits)
+            gate = self._gate(self.linear(h, layer.w_gate_up))
+            # the next layer's input norm; after the last layer the final norm, whose hidden
+            # states stay in the model's dtype
+            last = i + 1 == len(self.layers)
+            h = self._project_add_norm(gate, layer.w_down, residual,
+                                       self.final_norm if last else self.layers[i + 1].ln1, splits, plain=last)
         return h
+
+    def _project_add_norm(self, x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor,
+                          norm: torch.Tensor, splits: int, plain: bool = False) -> torch.Tensor:
+        """`residual += x @ weight.T`, then the norm of it: in `splits` inner slices summed by the
+        norm, or one GEMM and `_add_norm` (`plain`: the ops' own add + norm, never fp8 rows)."""
+        if splits > 1:
+            return split_k.split_add_rmsnorm(split_k.split_linear(x, weight, splits), residual, norm, self.eps)
+        h = self.linear(x, weight)
+        if plain:
+            self.ops.fused_add_rmsnorm(h, residual, norm, self.eps)
+            return h
+        return self._add_norm(h, residual, norm)
 
     def _add_norm(self, h: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor):
         """`residual += h`, then the norm of it as the next projection's input: written over h,

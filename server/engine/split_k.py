@@ -1,0 +1,126 @@
+"""The narrow projections of a small step split along their inner dimension (CUDA).
+
+A layer's O and down projections have 1024 output columns and a long inner dimension (2048,
+3072). At a few hundred packed rows cuBLAS runs them on a few dozen tiles, so most of the
+GPU waits while those tiles walk the inner dimension: on an H200 the O projection at 160
+rows moves its 4 MB of weights at 0.6 TB/s. Splitting the inner dimension into `splits`
+slices (one strided-batched GEMM, float32 partial products) puts that many times more tiles
+to work, and the partials are summed where they are read anyway: the residual add + RMSNorm
+that follows each of these projections adds the slices in a fixed order, rounds the sum to
+the model's dtype (the projection's output as the unsplit GEMM would round it), and goes on as
+`fused_add_rmsnorm` does. No extra launch, and the result does not depend on timing.
+
+`split_linear` is the GEMM, `split_add_rmsnorm` the norm, `splits_for` how many slices a step
+of so many rows takes; `check()` is their start-up gate.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from server.engine.triton_env import INTERPRET
+
+try:  # Triton is optional: CPU installs keep the unsplit path
+    import triton
+    import triton.language as tl
+except Exception:  # noqa: BLE001
+    triton = None
+
+
+# Slices by packed rows, measured on an H200 (`python -m bench.split_k_sweep`, each projection
+# with its add + norm, against cuBLAS + FlashInfer's `fused_add_rmsnorm`): four slices save 1.8-2.7
+# us a layer pair at 128-160 rows, two slices 0.5-2.6 at 272-544 and ~0.3 at 1088; from ~1.6k rows
+# the unsplit GEMM has tiles enough and splitting loses.
+SPLITS_BY_ROWS = ((192, 4), (1024, 2))
+
+
+def splits_for(rows: int) -> int:
+    """How many inner-dimension slices the narrow projections of a `rows`-row step take (1: none)."""
+    for most_rows, splits in SPLITS_BY_ROWS:
+        if rows <= most_rows:
+            return splits
+    return 1
+
+
+if triton is not None:
+
+    @triton.jit
+    def _split_add_rmsnorm_kernel(partials, residual, weight, out, rows, eps,
+                                  SPLITS: tl.constexpr, N: tl.constexpr, BLOCK: tl.constexpr):
+        row = tl.program_id(0).to(tl.int64)
+        cols = tl.arange(0, BLOCK)
+        ok = cols < N
+        acc = tl.load(partials + row * N + cols, mask=ok, other=0.0)
+        for s in tl.static_range(1, SPLITS):  # slice by slice, always in this order
+            acc += tl.load(partials + (s * rows + row) * N + cols, mask=ok, other=0.0)
+        y = acc.to(out.dtype.element_ty).to(tl.float32)  # the projection's output, rounded
+        x = y + tl.load(residual + row * N + cols, mask=ok, other=0.0).to(tl.float32)
+        tl.store(residual + row * N + cols, x.to(residual.dtype.element_ty), mask=ok)
+        r = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / N + eps)
+        w = tl.load(weight + cols, mask=ok, other=0.0).to(tl.float32)
+        tl.store(out + row * N + cols, (x * r * w).to(out.dtype.element_ty), mask=ok)
+
+
+def available(device: torch.device | None = None) -> bool:
+    """Triton is importable and the kernel can run there (CUDA, or CPU under the interpreter)."""
+    if triton is None:
+        return False
+    return device is None or torch.device(device).type == "cuda" or INTERPRET
+
+
+def split_linear(x: torch.Tensor, weight: torch.Tensor, splits: int) -> torch.Tensor:
+    """x (M, K) @ weight (N, K).T as `splits` float32 partial products (splits, M, N), each
+    over one contiguous slice of K (views of x and the weight: nothing is copied)."""
+    m, k = x.shape
+    n = weight.shape[0]
+    if k % splits or x.stride(1) != 1 or weight.stride(1) != 1:
+        raise ValueError(f"cannot split an inner dimension of {k} into {splits} strided slices")
+    ks = k // splits
+    xs = x.as_strided((splits, m, ks), (ks, x.stride(0), 1))
+    ws = weight.as_strided((splits, ks, n), (ks, 1, weight.stride(0)))
+    if x.device.type == "cuda":
+        return torch.bmm(xs, ws, out_dtype=torch.float32)
+    return torch.bmm(xs.float(), ws.float())  # CPU: the same products, for the tests
+
+
+def split_add_rmsnorm(partials: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+                      out: torch.Tensor | None = None) -> torch.Tensor:
+    """`residual += sum(partials)` (the sum rounded to the residual's dtype first), then
+    `out = rmsnorm(residual) * weight` from the unrounded float32 sum, as FlashInfer's
+    `fused_add_rmsnorm` normalises; returns `out` (new unless given)."""
+    splits, rows, n = partials.shape
+    if out is None:
+        out = residual.new_empty(rows, n)
+    if rows == 0:
+        return out
+    assert partials.is_contiguous() and residual.is_contiguous() and out.is_contiguous()
+    _split_add_rmsnorm_kernel[(rows,)](partials, residual, weight, out, rows, float(eps),
+                                       SPLITS=splits, N=n, BLOCK=triton.next_power_of_2(n), num_warps=4)
+    return out
+
+
+def reference(partials: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+              eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same arithmetic in float32 torch: (new residual, normed output)."""
+    y = partials[0]
+    for part in partials[1:]:  # the kernel's order
+        y = y + part
+    y = y.to(residual.dtype).float()
+    x = y + residual.float()
+    normed = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight.float()
+    return x.to(residual.dtype), normed.to(residual.dtype)
+
+
+def check(device, dtype: torch.dtype, hidden: int, eps: float, rows: int = 37) -> float:
+    """Relative error of the split GEMM + norm against one float32 GEMM and the unfused
+    add + norm on random data; raises when either cannot run."""
+    gen = torch.Generator(device="cpu").manual_seed(3)
+    x = torch.randn(rows, 2 * hidden, generator=gen)
+    w = torch.randn(hidden, 2 * hidden, generator=gen) / (2 * hidden) ** 0.5
+    res = torch.randn(rows, hidden, generator=gen)
+    ln = 1 + 0.1 * torch.randn(hidden, generator=gen)
+    want = res + x @ w.T
+    want = want * torch.rsqrt(want.pow(2).mean(-1, keepdim=True) + eps) * ln
+    dev = [t.to(device, dtype) for t in (x, w, res, ln)]
+    got = split_add_rmsnorm(split_linear(dev[0], dev[1], 4), dev[2], dev[3], eps).float().cpu()
+    return float((got - want).norm() / want.norm())
