@@ -165,9 +165,9 @@ class StageTimer:
             rec.update(samp_host=time.perf_counter() - t0, samp_ev=(e0, e1))
             return out
 
-        def timed_decode(tokens):
+        def timed_decode(tokens, **kwargs):
             t0 = time.perf_counter()
-            out = decode(tokens)
+            out = decode(tokens, **kwargs)
             timer.decode_ms.append((time.perf_counter() - t0) * 1e3)
             return out
 

@@ -102,12 +102,12 @@ class Timeline:
                 self.trace.launches.append(_Launch(t0, now(), start, end))
             return out
 
-        def decode(tokens):
+        def decode(tokens, **kwargs):
             trace = self.trace
             first = trace is not None and trace.decode_start is None
             if first:
                 trace.decode_start = now()
-            out = saved["decode"](tokens)
+            out = saved["decode"](tokens, **kwargs)
             if first:
                 trace.decode_end = now()
             return out

@@ -84,11 +84,14 @@ def test_warmed_buckets_replay_the_masked_decode(tiny_checkpoint):
                       .cpu().numpy() for c in clips]
         replays = codec.graphs.stats.replays
 
-        def decode(clip):
+        called = []
+
+        def decode(clip):  # the host work it is given runs while the GPU decodes
             with torch.cuda.stream(finisher._streams.current()):
-                return codec.decode(clip)
+                return codec.decode(clip, while_decoding=lambda: called.append(1))
 
         outs = [finisher._pool.submit(decode, clip).result() for clip in clips * 2]
+        assert len(called) == len(outs)
         for out, want, close in zip(outs, masked * 2, exact * 2):
             assert np.array_equal(out, want)  # a replay is its bucket's masked decode, bit for bit
             assert np.abs(out - close).max() < 1e-4  # and the exact-length one up to rounding

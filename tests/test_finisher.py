@@ -54,3 +54,49 @@ def test_decode_streams_have_the_highest_priority_unless_turned_off(monkeypatch,
             assert finisher._streams.current() is None  # no CUDA stream off CUDA
         finally:
             finisher.shutdown()
+
+
+def test_a_cold_thread_warms_its_post_processing_while_the_gpu_decodes(monkeypatch):
+    """A finisher thread that has been idle ports the warm-up clip while its chunk decodes
+    (the codec calls back during the decode, as on a GPU); a busy one does not; the chunk's
+    own audio is the same either way, and a failing warm-up fails nothing."""
+    import time
+
+    from server.engine import finisher as finisher_module
+    from server.engine.codec import post_process
+
+    raw = finisher_module.warm_clip(24000)[:, ::-1].copy() * 0.5  # a "decoded" clip
+
+    class CallbackCodec:
+        sample_rate = 24000
+        graphs = None
+
+        def decode(self, tokens, while_decoding=None):
+            if while_decoding is not None:
+                while_decoding()
+            return raw
+
+    results: queue.Queue = queue.Queue()
+    finisher = Finisher(CallbackCodec(), torch.device("cpu"), results.put, workers=1)
+    tokens = torch.zeros(8, 12, dtype=torch.long)
+    want = post_process(raw, None, True, 24000)
+    try:
+        finisher.decode("state", 0, tokens, None, None, True)  # a thread's first job: cold
+        assert np.array_equal(results.get(timeout=30).audio, want) and finisher.warm_ups == 1
+        finisher.decode("state", 1, tokens, None, None, True)  # right after: warm, no warm-up
+        assert np.array_equal(results.get(timeout=30).audio, want) and finisher.warm_ups == 1
+        time.sleep(finisher_module.COLD_AFTER_S * 2)
+        finisher.decode("state", 2, tokens, None, None, None)  # raw audio wanted: nothing to warm
+        assert results.get(timeout=30).post_processed is False and finisher.warm_ups == 1
+        time.sleep(finisher_module.COLD_AFTER_S * 2)
+
+        def broken(audio, *args):
+            if audio is finisher._warm_clip:
+                raise RuntimeError("warm-up broke")
+            return post_process(audio, *args)
+
+        monkeypatch.setattr(finisher_module, "post_process", broken)
+        finisher.decode("state", 3, tokens, None, None, True)
+        assert np.array_equal(results.get(timeout=30).audio, want) and finisher.warm_ups == 1
+    finally:
+        finisher.shutdown()

@@ -11,6 +11,8 @@ the torch arithmetic at start), and a clip decodes by replaying its length bucke
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 
@@ -39,10 +41,13 @@ class Codec:
         return self.model.audio_tokenizer.decode(codes).audio_values
 
     @torch.inference_mode()
-    def decode(self, tokens: torch.Tensor) -> np.ndarray:
-        """(C, T) tokens -> (1, N) float32 waveform, as the reference decodes."""
+    def decode(self, tokens: torch.Tensor, while_decoding: Callable[[], None] | None = None) -> np.ndarray:
+        """(C, T) tokens -> (1, N) float32 waveform, as the reference decodes. On a GPU,
+        `while_decoding` runs on this thread while the decode's kernels do."""
         codes = tokens.to(self.model.audio_tokenizer.device).unsqueeze(0)
         audio = (self.graphs.decode(codes) if self.graphs is not None else self._decode_codes(codes))[0]
+        if while_decoding is not None and audio.is_cuda:
+            while_decoding()
         return audio.float().cpu().numpy()  # copied out before this thread's next decode
 
     @torch.inference_mode()

@@ -8,6 +8,12 @@ vectorised post-processing (server/engine/postprocess.py) takes about a millisec
 per 10 s chunk, mostly in numpy with the GIL released, far less than a hop to a worker
 process would add to a lone request. Results go back to the engine thread as commands, so
 all request bookkeeping stays on the engine thread.
+
+A thread that has slept runs its first port cold, up to twice as long as a warm one (the
+state the port itself warms: code, branch history, the allocator's blocks; keeping the core
+awake does not help). So a thread idle for `COLD_AFTER_S` ports a short built-in clip while
+the GPU decodes its chunk, and the chunk's own port then runs warm. Under load the threads
+are never idle that long and never do it.
 """
 
 from __future__ import annotations
@@ -29,6 +35,17 @@ from server.engine.worker_streams import WorkerStreams, decode_priority, on
 
 log = logging.getLogger("chorus.engine")
 
+COLD_AFTER_S = 0.02  # a finisher thread idle this long warms its post-processing up first
+_WARM_CLIP_SECONDS = 0.5
+
+
+def warm_clip(sample_rate: int) -> np.ndarray:
+    """Half a second of seeded noise in bursts, (1, N) float32 like a decode: enough for a
+    port to take its silence and loudness paths."""
+    n = int(_WARM_CLIP_SECONDS * sample_rate)
+    bursts = (np.sin(np.linspace(0, 6 * np.pi, n)) > -0.3).astype(np.float32)
+    return (0.3 * np.random.default_rng(0).standard_normal(n).astype(np.float32) * bursts)[None, :]
+
 
 class Finisher:
     def __init__(self, codec: Codec, device: torch.device, deliver: Callable[[Command], None], workers: int = 2):
@@ -41,6 +58,9 @@ class Finisher:
         # wall time of each post-processing job (ms), measured where it ran, for the bench
         self.post_ms: deque[float] = deque(maxlen=4096)
         self.post_jobs = 0  # post-processing jobs finished, ever
+        self.warm_ups = 0  # ports of the warm-up clip done by threads that had gone cold
+        self._warm_clip = warm_clip(codec.sample_rate) if hasattr(codec, "sample_rate") else None
+        self._idle_since = threading.local()  # per thread: perf_counter when its last job ended
 
     def _post(self, fn, *args, on_done: Callable[[np.ndarray], Command]) -> None:
         """Run `fn(*args)` on this worker thread, then deliver `on_done(result)`."""
@@ -89,11 +109,12 @@ class Finisher:
                 rms: float | None, postprocess: bool | None) -> None:
         try:
             stream = self._streams.current()
+            warm = None if postprocess is None else lambda: self._warm_up_if_cold(rms, postprocess)
             with on(stream):
                 if ready is not None:
                     stream.wait_event(ready)
                 tokens_host = tokens.cpu().numpy()
-                raw = self.codec.decode(tokens)
+                raw = self.codec.decode(tokens, while_decoding=warm)
             if postprocess is None:
                 self.deliver(ChunkDecoded(state, index, tokens_host, raw, post_processed=False))
             else:
@@ -102,6 +123,20 @@ class Finisher:
         except Exception as exc:  # handed to the engine thread, fails that request
             log.exception("decoding chunk %d failed", index)
             self.deliver(FinishFailed(state, index, exc))
+        finally:
+            self._idle_since.t = time.perf_counter()
+
+    def _warm_up_if_cold(self, rms: float | None, postprocess: bool) -> None:
+        """Port the warm-up clip (result dropped) if this thread has been idle long enough to
+        run its next port cold; never fails the chunk it runs beside."""
+        idle_since = getattr(self._idle_since, "t", None)
+        if self._warm_clip is None or (idle_since is not None and time.perf_counter() - idle_since < COLD_AFTER_S):
+            return
+        try:
+            post_process(self._warm_clip, rms, postprocess, self.codec.sample_rate)
+            self.warm_ups += 1
+        except Exception:  # a warm-up is only ever a guess
+            log.debug("post-processing warm-up failed", exc_info=True)
 
     def join(self, state: RequestState, chunks: list[np.ndarray], rms: float | None, postprocess: bool) -> None:
         self._pool.submit(self._join, state, chunks, rms, postprocess)
