@@ -13,12 +13,13 @@ A thread that has slept runs its first port cold, up to twice as long as a warm 
 state the port itself warms: code, branch history, the allocator's blocks; keeping the core
 awake does not help). So a thread idle for `COLD_AFTER_S` ports a short built-in clip while
 the GPU decodes its chunk, and the chunk's own port then runs warm. Under load the threads
-are never idle that long and never do it.
+are never idle that long and never do it (`CHORUS_POST_WARMUP=0`: never).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections import deque
@@ -59,7 +60,8 @@ class Finisher:
         self.post_ms: deque[float] = deque(maxlen=4096)
         self.post_jobs = 0  # post-processing jobs finished, ever
         self.warm_ups = 0  # ports of the warm-up clip done by threads that had gone cold
-        self._warm_clip = warm_clip(codec.sample_rate) if hasattr(codec, "sample_rate") else None
+        warm = hasattr(codec, "sample_rate") and os.environ.get("CHORUS_POST_WARMUP", "") != "0"
+        self._warm_clip = warm_clip(codec.sample_rate) if warm else None
         self._idle_since = threading.local()  # per thread: perf_counter when its last job ended
 
     def _post(self, fn, *args, on_done: Callable[[np.ndarray], Command]) -> None:
