@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
 import numpy as np
 import torch
@@ -161,8 +162,11 @@ def chunk_texts(text: str, target: int, opts: GenerationOptions, frame_rate: int
     return first + chunk_text_punctuation(text=text, chunk_len=chunk_chars, min_chunk_len=3)
 
 
-def unmask_schedule(target_len: int, num_codebooks: int, num_step: int, t_shift: float) -> list[int]:
-    """Tokens revealed at each step: the reference's `_generate_iterative` schedule."""
+@lru_cache(maxsize=1024)
+def unmask_schedule(target_len: int, num_codebooks: int, num_step: int, t_shift: float) -> tuple[int, ...]:
+    """Tokens revealed at each step: the reference's `_generate_iterative` schedule. Cached: a
+    chunk's canvas is built on the path to its first sound, and the schedule's float math
+    (torch ops on the host) costs more there than the lookup."""
     timesteps = get_time_steps(t_start=0.0, t_end=1.0, num_step=num_step, t_shift=t_shift).tolist()
     total = target_len * num_codebooks
     remaining = total
@@ -174,7 +178,7 @@ def unmask_schedule(target_len: int, num_codebooks: int, num_step: int, t_shift:
             num = min(math.ceil(total * (timesteps[step + 1] - timesteps[step])), remaining)
         schedule.append(int(num))
         remaining -= int(num)
-    return schedule
+    return tuple(schedule)
 
 
 def chunk_seed(seed: int, chunk_index: int) -> int:
@@ -247,7 +251,7 @@ class Utterance:
     state: RequestState
     chunk_index: int
     item: CanvasItem
-    schedule: list[int]
+    schedule: tuple[int, ...]
     generator: torch.Generator
     step: int = 0
 
