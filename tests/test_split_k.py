@@ -98,3 +98,6 @@ def test_splits_by_rows():
     from server.engine.split_k import splits_for
 
     assert [splits_for(r) for r in (1, 135, 192, 193, 544, 1024, 1025, 34000)] == [4, 4, 4, 2, 2, 2, 1, 1]
+    # a model whose inner dimensions a count does not divide gets the largest halving that does
+    assert splits_for(135, (2048, 3072)) == 4 and splits_for(135, (2048, 3070)) == 2
+    assert splits_for(544, (2047, 3072)) == 1 and splits_for(135, (6, 10)) == 2

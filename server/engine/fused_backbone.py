@@ -84,6 +84,8 @@ class FusedBackbone:
         self.vocab = model.config.audio_vocab_size
         self.mask_id = model.config.audio_mask_id
         self.layers = [self._fuse(layer) for layer in model.llm.layers]
+        # the inner dimensions of the projections that small steps may split (O, down)
+        self._split_inner_dims = (self.layers[0].w_o.shape[1], self.layers[0].w_down.shape[1])
         self.quantize = quantize
         self.linear = F.linear
         if quantize == "fp8":
@@ -135,7 +137,6 @@ class FusedBackbone:
                       and os.environ.get("CHORUS_SPLIT_K", "") != "0")
         if not wanted:
             return False
-        from server.engine import split_k
         from server.engine.triton_env import checked_error
 
         if self.quantize is not None or not split_k.available(self.device if self.device.type == "cuda" else None):
@@ -179,7 +180,7 @@ class FusedBackbone:
         ops, eps = self.ops, self.eps
         seq, hq, hkv, d = x.shape[0], self.num_q_heads, self.num_kv_heads, self.head_dim
         residual = x  # updated in place by fused_add_rmsnorm
-        splits = split_k.splits_for(seq) if self.split_k else 1
+        splits = split_k.splits_for(seq, self._split_inner_dims) if self.split_k else 1
         h = ops.rmsnorm(x, self.layers[0].ln1, eps)
         for i, layer in enumerate(self.layers):
             qkv = self.linear(h, layer.w_qkv).view(seq, hq + 2 * hkv, d)

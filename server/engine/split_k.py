@@ -27,17 +27,20 @@ except Exception:  # noqa: BLE001
     triton = None
 
 
-# Slices by packed rows, measured on an H200 (`python -m bench.split_k_sweep`, each projection
-# with its add + norm, against cuBLAS + FlashInfer's `fused_add_rmsnorm`): four slices save 1.8-2.7
-# us a layer pair at 128-160 rows, two slices 0.5-2.6 at 272-544 and ~0.3 at 1088; from ~1.6k rows
-# the unsplit GEMM has tiles enough and splitting loses.
+# Slices by packed rows, measured on an H200 (`python -m bench.split_k_sweep`: each projection
+# with its add + norm, against cuBLAS + FlashInfer's `fused_add_rmsnorm`): four slices save
+# 1.8-2.7 us a projection at 128-160 rows, two save 0.5-2.6 at 272-544 and 0.1-0.5 at 1088; from
+# ~1.6k rows the unsplit GEMM has tiles enough and splitting loses.
 SPLITS_BY_ROWS = ((192, 4), (1024, 2))
 
 
-def splits_for(rows: int) -> int:
-    """How many inner-dimension slices the narrow projections of a `rows`-row step take (1: none)."""
+def splits_for(rows: int, inner_dims: tuple[int, ...] = ()) -> int:
+    """How many inner-dimension slices the narrow projections of a `rows`-row step take (1:
+    none): the table's count, halved until it divides every one of `inner_dims`."""
     for most_rows, splits in SPLITS_BY_ROWS:
         if rows <= most_rows:
+            while splits > 1 and any(k % splits for k in inner_dims):
+                splits //= 2
             return splits
     return 1
 
