@@ -4,6 +4,7 @@ interpreter's bfloat16 casts truncate)."""
 
 from __future__ import annotations
 
+import importlib.util
 import textwrap
 
 import pytest
@@ -30,7 +31,7 @@ def test_split_linear_refuses_an_uneven_split():
         split_linear(torch.randn(3, 10), torch.randn(4, 10), 3)
 
 
-pytest.importorskip("triton")
+needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs Triton")
 
 SCRIPT = textwrap.dedent("""
     import torch
@@ -60,6 +61,7 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+@needs_triton
 def test_norm_kernel_in_the_interpreter():
     run_in_triton_interpreter(SCRIPT)
 
@@ -88,6 +90,7 @@ BACKBONE_SCRIPT = textwrap.dedent("""
 """)
 
 
+@needs_triton
 def test_backbone_with_split_projections_in_the_interpreter(tiny_checkpoint):
     """The fused forward with its narrow projections split and summed by the norm gives the
     unsplit forward's logits (float32, CPU: the same sums in another order)."""
