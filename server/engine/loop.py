@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from server.config import EngineSettings
+from server.engine.char_weights import speed_up_estimates
 from server.engine.codec import Codec
 from server.engine.commands import Cancel, ChunkDecoded, FinishFailed, Submit, Wake, WholeReady
 from server.engine.finisher import Finisher
@@ -62,6 +63,7 @@ class EngineLoop:
     def __init__(self, model, settings: EngineSettings, name: str = "engine0", *,
                  model_name: str = "omnivoice", random_checkpoint: bool = False):
         self.model = model
+        speed_up_estimates(model)  # planning's length estimates, bit-identical, without a call per character
         self.settings = settings
         self.name = name
         self.model_name = model_name
