@@ -16,6 +16,7 @@ TEXTS = [
     "你好，世界。今天天气很好，我们去公园散步吧。" * 20,
     "Emoji 🎉🎶 and marks: naïve café, Å (U+212B), क़ (U+0958), 𝅘𝅥𝅮 (U+1D160), ﬀ ligature. " * 12,
     "[laughter] Well, that was unexpected [sigh] but fine. " * 15,
+    "  A line（with a note）\r\nbroken\t\tand 中文 spaced  out.  " * 15,
 ]
 
 

@@ -363,9 +363,12 @@ def packed_len_bound(state: RequestState, chunk_index: int) -> int:
     """An upper bound of `packed_len_of` without tokenising, for the budget check of chunks
     built later. A byte-level BPE token covers at least one UTF-8 byte, and Unicode
     normalisation (NFC) at most triples a string's bytes; four tokens a byte and a margin for
-    special tokens bound any tokenizer that keeps to either."""
+    special tokens bound any tokenizer that keeps to either. The text is counted before the
+    reference's clean-up, which never lengthens it (and costs more than the count)."""
     chunk = state.plan.chunks[chunk_index]
     ref_text, ref_len, has_ref = _chunk_reference(state, chunk_index)
-    style, wrapped = _prefix_strings(chunk.text, ref_text, has_ref, state.plan.language, state.plan.instruct,
+    style, wrapped = _prefix_strings("", None, has_ref, state.plan.language, state.plan.instruct,
                                      state.request.options.denoise)
-    return _packed_len(state, chunk_index, 4 * len((style + wrapped).encode("utf-8")) + 64, ref_len)
+    # `combine_text` only strips, drops and narrows characters, and adds one space
+    text_bytes = len(chunk.text.encode("utf-8")) + (len(ref_text.encode("utf-8")) + 1 if ref_text else 0)
+    return _packed_len(state, chunk_index, 4 * (len((style + wrapped).encode("utf-8")) + text_bytes) + 64, ref_len)
