@@ -27,6 +27,7 @@ from server.engine.char_weights import speed_up_estimates
 from server.engine.codec import Codec
 from server.engine.commands import Cancel, ChunkDecoded, FinishFailed, Submit, Wake, WholeReady
 from server.engine.finisher import Finisher
+from server.engine.prefix_tokens import prefix_tokenizer
 from server.engine.request import (
     RequestState,
     Utterance,
@@ -64,6 +65,7 @@ class EngineLoop:
                  model_name: str = "omnivoice", random_checkpoint: bool = False):
         self.model = model
         speed_up_estimates(model)  # planning's length estimates, bit-identical, without a call per character
+        prefix_tokenizer(model.text_tokenizer)  # checked here, not on a first request's path
         self.settings = settings
         self.name = name
         self.model_name = model_name

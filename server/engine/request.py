@@ -18,6 +18,7 @@ import torch
 
 from server.engine.canvas import CanvasItem
 from server.engine.fast_start import split_first_chunk
+from server.engine.prefix_tokens import prefix_tokenizer
 from server.engine.types import EventSink, Finished, GenerationOptions, RequestRejected, SynthesisRequest, VoicePrompt
 from server.engine.upstream_names import (
     ZH_RE,
@@ -26,7 +27,6 @@ from server.engine.upstream_names import (
     get_time_steps,
     resolve_instruct,
     resolve_language,
-    tokenize_with_nonverbal_tags,
 )
 from server.options import first_problem
 from server.visible_text import has_visible_text
@@ -289,9 +289,8 @@ def text_prefix_ids(model, text: str, ref_text: str | None, has_ref: bool, langu
     pageable transfer on the GPU stream; tests check equality with the reference's canvas.
     """
     style, wrapped = _prefix_strings(text, ref_text, has_ref, language, instruct, denoise)
-    style_ids = model.text_tokenizer(style, return_tensors="pt").input_ids[0]
-    text_ids = tokenize_with_nonverbal_tags(wrapped, model.text_tokenizer)[0]
-    return torch.cat([style_ids, text_ids]).long()
+    tokens = prefix_tokenizer(model.text_tokenizer)
+    return torch.cat([tokens.style_ids(style), tokens.text_ids(wrapped)]).long()
 
 
 def _to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
