@@ -5,6 +5,8 @@ chunks' canvases built on chunk 0."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -142,7 +144,8 @@ def test_an_engine_run_with_fast_start_builds_later_chunks_on_chunk_0(engine, mo
 @pytest.mark.parametrize("hold", [True, False])
 def test_chunk_0_goes_to_its_decoder_before_the_later_chunks_are_built(engine, monkeypatch, hold):
     """Building the later chunks' canvases must not delay chunk 0's decode (its sound is due);
-    while the scheduler holds other work for that decode, they are built once its audio is out."""
+    while the scheduler holds other work for that decode, they are built once its audio is out,
+    and `AUDIO_OUT_S` later (the time its send gets the interpreter to itself)."""
     from server.engine import scheduler as scheduler_module
 
     monkeypatch.setattr(scheduler_module, "DECODE_HOLD_SLACK_S", 0.0)  # a slow machine: chunk 0 is still due
@@ -150,12 +153,18 @@ def test_chunk_0_goes_to_its_decoder_before_the_later_chunks_are_built(engine, m
     order: list[tuple[str, int]] = []
     real_build, real_decode = engine_loop.build_utterance, engine.finisher.decode
 
+    at: dict[tuple[str, int], float] = {}
+
+    def note(what: str, index: int) -> None:
+        order.append((what, index))
+        at.setdefault((what, index), time.perf_counter())
+
     def recording_build(model, state, index, ref, device):
-        order.append(("build", index))
+        note("build", index)
         return real_build(model, state, index, ref, device)
 
     def recording_decode(state, index, *args):
-        order.append(("decode", index))
+        note("decode", index)
         return real_decode(state, index, *args)
 
     monkeypatch.setattr(engine_loop, "build_utterance", recording_build)
@@ -164,7 +173,7 @@ def test_chunk_0_goes_to_its_decoder_before_the_later_chunks_are_built(engine, m
 
     def sink(event):
         if isinstance(event, ChunkAudio):
-            order.append(("audio", event.chunk))
+            note("audio", event.chunk)
         collector(event)
 
     rid = f"order-{hold}"
@@ -175,6 +184,7 @@ def test_chunk_0_goes_to_its_decoder_before_the_later_chunks_are_built(engine, m
     assert order[:2] == [("build", 0), ("decode", 0)], order
     if hold:
         assert order[2:4] == [("audio", 0), ("build", 1)], order
+        assert at[("build", 1)] - at[("audio", 0)] >= engine_loop.AUDIO_OUT_S
     else:
         assert order.index(("build", 1)) == 2, order
 

@@ -17,7 +17,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -58,6 +58,16 @@ log = logging.getLogger("chorus.engine")
 
 HANDOFF_POLL_S = 0.0002  # while waiting for a step, how often to look for a decoded chunk
 HOLD_WAIT_S = 0.002  # with every chunk waiting out a decode, how long to wait for it at most
+AUDIO_OUT_S = 0.001  # a chunk's audio gets this long to leave before its successors' builds run
+
+
+@dataclass
+class _DueBuild:
+    """A request's later chunks, to be built from `at` (perf_counter) on chunk 0's tokens."""
+
+    at: float
+    state: RequestState
+    chunk0: VoicePrompt
 
 
 class EngineLoop:
@@ -93,6 +103,7 @@ class EngineLoop:
         self._inflight: deque[LaunchedStep] = deque()  # launched, not yet settled
         # request id -> chunk 0 as a voice: its later chunks are built once its audio is out
         self._deferred_builds: dict[str, VoicePrompt] = {}
+        self._due_builds: deque[_DueBuild] = deque()  # their chunk 0's audio is out, oldest first
         self._last_launch = 0.0  # perf_counter of the last step's launch
         self._accepting = True
         self._closed = False  # the thread has exited: queued commands would never run
@@ -214,7 +225,9 @@ class EngineLoop:
         while not self._stopping.is_set():
             if len(self.scheduler) == 0:
                 self._settle_all()  # may queue later chunks of a request
-            self._drain_commands(block=len(self.scheduler) == 0 and not self._inflight)
+            self._build_due()
+            idle = len(self.scheduler) == 0 and not self._inflight
+            self._drain_commands(block=idle, timeout=self._next_build_in() if idle else 0.25)
             if self._stopping.is_set():
                 break
             if len(self.scheduler):
@@ -247,7 +260,8 @@ class EngineLoop:
         elif isinstance(command, ChunkDecoded):
             self.scheduler.decoded(command.state.request_id, command.index)
             self._chunk_decoded(command)
-            self._build_deferred(command.state)
+            if (chunk0 := self._deferred_builds.pop(command.state.request_id, None)) is not None:
+                self._due_builds.append(_DueBuild(time.perf_counter() + AUDIO_OUT_S, command.state, chunk0))
         elif isinstance(command, WholeReady):
             if not command.state.finished:
                 self._send_audio(command.state, 0, command.audio, final=True)
@@ -342,10 +356,10 @@ class EngineLoop:
         """A chunk's last step has run: hand it to the finisher, then queue later chunks on it.
 
         The decode goes first, and when the scheduler holds other work until this chunk's
-        audio is out (its sound is due), a long text's later chunks are built only then:
-        their build (tokenising, copies; a few milliseconds on a busy host) would hold the
-        interpreter lock the decode and post-processing need, for chunks that could not step
-        before that audio anyway.
+        audio is out (its sound is due), a long text's later chunks are built only then,
+        `AUDIO_OUT_S` after it: their build (tokenising, copies; a few milliseconds on a busy
+        host) would hold the interpreter lock the decode, the post-processing and the send
+        of that audio need, for chunks that could not step before that audio anyway.
         """
         state = utt.state
         index = utt.chunk_index
@@ -363,11 +377,23 @@ class EngineLoop:
             else:
                 self._build(state, range(1, state.num_chunks), chunk0)
 
-    def _build_deferred(self, state: RequestState) -> None:
-        """Chunk 0's audio is out: build the later chunks that waited for it."""
-        chunk0 = self._deferred_builds.pop(state.request_id, None)
-        if chunk0 is not None and not state.finished:
-            self._build(state, range(1, state.num_chunks), chunk0)
+    def _build_due(self) -> None:
+        """Build the later chunks whose chunk 0's audio has had `AUDIO_OUT_S` to be sent.
+
+        The builds hold the interpreter lock for a few tenths of a millisecond each, and the
+        thread that sends the audio needs it: right after the audio event they would stand
+        between the listener and the first sound, for chunks not due for seconds."""
+        now = time.perf_counter()
+        while self._due_builds and self._due_builds[0].at <= now:
+            due = self._due_builds.popleft()
+            if not due.state.finished:
+                self._build(due.state, range(1, due.state.num_chunks), due.chunk0)
+
+    def _next_build_in(self) -> float:
+        """Seconds until the next due build (the idle wait's timeout), or the usual wait."""
+        if not self._due_builds:
+            return 0.25
+        return max(self._due_builds[0].at - time.perf_counter(), 0.0)
 
     def _chunk_decoded(self, done: ChunkDecoded) -> None:
         state = done.state
