@@ -111,8 +111,8 @@ def random_voice(seconds: float = 5.0, seed: int = 0):
 
 class StageTimer:
     """Wraps the step runner's canvas build, backbone and sampler with CUDA events and host clocks
-    (no syncs added), and the codec's decode with host clocks; post-processing times come
-    from the finisher, which measures them where they run (possibly another process)."""
+    (no syncs added); decode times (to the audio on the host) and post-processing times come
+    from the finisher, which measures them where they run."""
 
     def __init__(self, engine):
         import server.engine.runner as runner_module
@@ -122,9 +122,9 @@ class StageTimer:
         self.decode_ms: list[float] = []
         self.post_ms: list[float] = []  # filled by restore()
         self._post_seen = engine.finisher.post_jobs
-        self._orig = (runner_module.build_packed_canvas, engine.backbone, engine.runner.sampler.step,
-                      engine.codec.decode)
-        build, backbone, sampler_step, decode = self._orig
+        self._decode_seen = engine.finisher.decode_jobs
+        self._orig = (runner_module.build_packed_canvas, engine.backbone, engine.runner.sampler.step)
+        build, backbone, sampler_step = self._orig
         timer = self
 
         def timed_build(items, *args, **kwargs):
@@ -165,25 +165,20 @@ class StageTimer:
             rec.update(samp_host=time.perf_counter() - t0, samp_ev=(e0, e1))
             return out
 
-        def timed_decode(tokens, **kwargs):
-            t0 = time.perf_counter()
-            out = decode(tokens, **kwargs)
-            timer.decode_ms.append((time.perf_counter() - t0) * 1e3)
-            return out
-
         runner_module.build_packed_canvas = timed_build
         engine.backbone = TimedBackbone()
         engine.runner.sampler.step = timed_step
-        engine.codec.decode = timed_decode
 
     def restore(self) -> None:
-        build, backbone, _, _ = self._orig
+        build, backbone, _ = self._orig
         self.runner_module.build_packed_canvas = build
         self.engine.backbone = backbone
-        for obj, name in ((self.engine.runner.sampler, "step"), (self.engine.codec, "decode")):
-            obj.__dict__.pop(name, None)
-        new = self.engine.finisher.post_jobs - self._post_seen
-        self.post_ms = list(self.engine.finisher.post_ms)[-new:] if new else []
+        self.engine.runner.sampler.__dict__.pop("step", None)
+        finisher = self.engine.finisher
+        new = finisher.post_jobs - self._post_seen
+        self.post_ms = list(finisher.post_ms)[-new:] if new else []
+        new = finisher.decode_jobs - self._decode_seen
+        self.decode_ms = list(finisher.decode_ms)[-new:] if new else []
 
     def report(self) -> dict:
         torch.cuda.synchronize()

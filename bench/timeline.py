@@ -69,7 +69,8 @@ class Timeline:
 
     def _targets(self):
         e = self.engine
-        return ((e, "_admit"), (e, "_complete_chunk"), (e.runner, "run"), (e.codec, "decode"), (e.finisher, "_post"))
+        return ((e, "_admit"), (e, "_complete_chunk"), (e.runner, "run"), (e.codec, "decode"), (e.codec, "replay"),
+                (e.finisher, "_decoded"), (e.finisher, "_post"))
 
     def _install(self) -> None:
         e, saved, cuda = self.engine, self._saved, self.cuda
@@ -112,6 +113,18 @@ class Timeline:
                 trace.decode_end = now()
             return out
 
+        def replay(graphs, tokens):  # a decode the engine thread launches on an idle lane
+            trace = self.trace
+            if trace is not None and trace.decode_start is None:
+                trace.decode_start = now()
+            return saved["replay"](graphs, tokens)
+
+        def decoded(launched):  # ... and its lane's thread sees done
+            saved["_decoded"](launched)
+            trace = self.trace
+            if trace is not None and trace.decode_end is None:
+                trace.decode_end = now()
+
         def post(fn, *args, on_done):
             trace = self.trace
             first = trace is not None and trace.post_start is None
@@ -128,7 +141,7 @@ class Timeline:
             return saved["_post"](fn, *args, on_done=done)
 
         e._admit, e._complete_chunk, e.runner.run = admit, complete_chunk, run
-        e.codec.decode, e.finisher._post = decode, post
+        e.codec.decode, e.codec.replay, e.finisher._decoded, e.finisher._post = decode, replay, decoded, post
 
     def restore(self) -> None:
         for obj, name in self._targets():

@@ -90,7 +90,7 @@ def test_warmed_buckets_replay_the_masked_decode(tiny_checkpoint):
             with torch.cuda.stream(finisher._streams.current()):
                 return codec.decode(clip, while_decoding=lambda: called.append(1))
 
-        outs = [finisher._pool.submit(decode, clip).result() for clip in clips * 2]
+        outs = [finisher.run_on_lane(i % 2, decode, clip) for i, clip in enumerate(clips * 2)]
         assert len(called) == len(outs)
         for out, want, close in zip(outs, masked * 2, exact * 2):
             assert np.array_equal(out, want)  # a replay is its bucket's masked decode, bit for bit
@@ -98,6 +98,48 @@ def test_warmed_buckets_replay_the_masked_decode(tiny_checkpoint):
         assert codec.graphs.stats.replays == replays + 8
     finally:
         finisher.shutdown()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_decodes_launched_from_the_engine_thread_equal_the_lanes_own(tiny_checkpoint, monkeypatch):
+    """On a GPU: a chunk's decode launched by the calling thread on an idle lane (its graph
+    replayed on the lane's stream behind the step's event) gives the audio and tokens the
+    lane's own thread gives, for both outputs (post-processed and raw), while the calling
+    thread's stream keeps writing new canvases."""
+    import queue
+
+    from server.checkpoint import load_omnivoice
+    from server.engine.finisher import Finisher
+
+    model = load_omnivoice(str(tiny_checkpoint), "cuda", "float32")
+    codec = Codec(model)
+    gen = torch.Generator().manual_seed(11)
+    clips = [torch.randint(0, 1024, (model.config.num_audio_codebook, t), generator=gen) for t in (13, 50, 55)]
+    outputs = {}
+    for launch in ("1", "0"):
+        monkeypatch.setenv("CHORUS_DECODE_LAUNCH", launch)
+        results: queue.Queue = queue.Queue()
+        finisher = Finisher(codec, model.audio_heads.weight.device, results.put)
+        try:
+            assert finisher.warm_decodes(model.config.num_audio_codebook, (16, 56)) == [2, 2]
+            got = {}
+            for i, clip in enumerate(clips * 2):
+                tokens = torch.full_like(clip, 7, device="cuda")  # written on this thread's stream...
+                tokens.copy_(clip.cuda(), non_blocking=True)
+                ready = torch.cuda.Event()
+                ready.record()  # ... which the decode waits for
+                finisher.decode("state", i, tokens, ready, 0.05 if i % 2 else None, True if i < 3 else None)
+                del tokens  # the launch keeps the tokens it reads
+                got_one = results.get(timeout=120)
+                got[got_one.index] = (got_one.tokens, got_one.audio, got_one.post_processed)
+            outputs[launch] = got
+            assert finisher.launched_decodes == (6 if launch == "1" else 0)
+        finally:
+            finisher.shutdown()
+    for i, clip in enumerate(clips * 2):
+        (tokens, audio, post), (tokens0, audio0, post0) = outputs["1"][i], outputs["0"][i]
+        assert np.array_equal(tokens, clip.numpy()) and np.array_equal(tokens0, clip.numpy())
+        assert post == post0 == (i < 3) and np.array_equal(audio, audio0)
 
 
 class _FakeGraph:
@@ -185,9 +227,9 @@ def test_the_policy_eager_then_capture_then_replay(monkeypatch):
 
 
 def test_start_up_warming_captures_every_bucket_on_every_worker_thread(monkeypatch):
-    """`Finisher.warm_decodes` captures each bucket on each of its threads (a thread replays
-    only its own graphs), so a later decode of any length replays wherever it runs; a bucket
-    that cannot be captured stays eager, and the others are still warmed."""
+    """`Finisher.warm_decodes` captures each bucket on each of its lanes' threads (a thread
+    replays only its own graphs), so a later decode of any length replays wherever it runs; a
+    bucket that cannot be captured stays eager, and the others are still warmed."""
     from server.engine.finisher import Finisher
 
     _fake_cuda(monkeypatch)
@@ -218,7 +260,7 @@ def test_start_up_warming_captures_every_bucket_on_every_worker_thread(monkeypat
             with torch.inference_mode():
                 return FakeCodec.graphs.decode(clip)
 
-        outs = [finisher._pool.submit(decode, clip).result() for clip in clips * 2]
+        outs = [finisher.run_on_lane(i % 2, decode, clip) for i, clip in enumerate(clips * 2)]
         assert all(torch.equal(out, clip.float() * 2) for out, clip in zip(outs, clips * 2))
         assert stats.replays == 6 + 8 and stats.eager == eager_before + 2  # 13 (bucket 16) stays eager
     finally:

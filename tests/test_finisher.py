@@ -100,3 +100,163 @@ def test_a_cold_thread_warms_its_post_processing_while_the_gpu_decodes(monkeypat
         assert np.array_equal(results.get(timeout=30).audio, want) and finisher.warm_ups == 1
     finally:
         finisher.shutdown()
+
+
+class _Event:
+    """torch.cuda.Event off CUDA: already passed."""
+
+    def record(self, stream=None):
+        pass
+
+    def synchronize(self):
+        pass
+
+
+class _Stream:
+    def __init__(self):
+        self.waited = 0
+
+    def wait_event(self, event):
+        self.waited += 1
+
+
+def _audio_for(tokens: torch.Tensor) -> torch.Tensor:
+    """A (1, N) float32 "decode" that depends on every token."""
+    n = tokens.shape[-1] * 240
+    return (0.4 * torch.sin(torch.arange(n, dtype=torch.float32) * 0.01 + float(tokens.sum()) * 1e-3))[None, :]
+
+
+class _LaneCodec:
+    """Replays only lengths in `captured`; records which thread replayed or decoded."""
+
+    sample_rate = 24000
+    graphs = None
+
+    def __init__(self, captured=(8,)):
+        import threading
+
+        self.captured = set(captured)
+        self.replayed: list[tuple[object, str]] = []
+        self.decoded: list[str] = []
+        self.fail_replay = False
+        self._thread = threading.current_thread
+
+    def replay(self, graphs, tokens):
+        if self.fail_replay:
+            raise RuntimeError("replay broke")
+        self.replayed.append((graphs, self._thread().name))
+        return _audio_for(tokens) if tokens.shape[-1] in self.captured else None
+
+    def decode(self, tokens, while_decoding=None):
+        self.decoded.append(self._thread().name)
+        return _audio_for(tokens).numpy()
+
+
+def _lane_finisher(monkeypatch, codec, results):
+    """A finisher whose two lanes look warmed (a stream and graphs each) off CUDA."""
+    import contextlib
+
+    from server.engine import finisher as finisher_module
+
+    monkeypatch.setattr(finisher_module, "on", lambda stream: contextlib.nullcontext())
+    monkeypatch.setattr(finisher_module, "_pinned_copy", lambda tensor: tensor.clone())
+    monkeypatch.setattr(torch.cuda, "Event", _Event)
+    finisher = Finisher(codec, torch.device("cpu"), results.put, workers=2)
+    for lane in finisher._lanes:
+        lane.stream, lane.graphs = _Stream(), f"graphs-{lane.index}"
+    return finisher
+
+
+def _settled(finisher) -> bool:
+    import time
+
+    deadline = time.monotonic() + 30
+    while any(lane.pending for lane in finisher._lanes) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return not any(lane.pending for lane in finisher._lanes)
+
+
+def test_an_idle_lane_decodes_from_the_engine_thread_and_a_busy_one_on_its_own(monkeypatch):
+    """A finished chunk's decode is launched by the calling (engine) thread on an idle lane's
+    graphs and stream; with every lane busy, or no graph for its length, the lane's thread
+    decodes it. The audio, the tokens and the post-processing are the same either way."""
+    import threading
+
+    from server.engine.codec import post_process
+
+    codec = _LaneCodec(captured=(8,))
+    results: queue.Queue = queue.Queue()
+    finisher = _lane_finisher(monkeypatch, codec, results)
+    gates = [threading.Event() for _ in finisher._lanes]
+    try:
+        for lane, gate in zip(finisher._lanes, gates):  # hold both threads: lanes stay busy
+            lane.executor.submit(gate.wait)
+        gen = torch.Generator().manual_seed(5)
+        chunks = {i: torch.randint(0, 1024, (8, frames), generator=gen) for i, frames in enumerate((8, 8, 8, 12))}
+        for i, tokens in chunks.items():
+            finisher.decode("state", i, tokens, None, 0.05, True)
+        # chunks 0 and 1 each took an idle lane and were launched here; 2 and 3 found both busy
+        assert codec.replayed == [("graphs-0", threading.current_thread().name),
+                                  ("graphs-1", threading.current_thread().name)]
+        assert finisher.launched_decodes == 2 and [lane.stream.waited for lane in finisher._lanes] == [0, 0]
+        for gate in gates:
+            gate.set()
+        got = {}
+        for _ in chunks:
+            done = results.get(timeout=30)
+            got[done.index] = done
+        assert sorted(codec.decoded) == ["chorus-finish0_0", "chorus-finish1_0"]
+        for i, tokens in chunks.items():
+            assert got[i].post_processed and np.array_equal(got[i].tokens, tokens.numpy())
+            assert np.array_equal(got[i].audio, post_process(_audio_for(tokens).numpy(), 0.05, True, 24000))
+        assert _settled(finisher) and finisher.decode_jobs == 4
+
+        # an idle lane without a graph for this length: it tries, then the lane's thread decodes
+        finisher.decode("state", 4, chunks[3], None, None, None)
+        raw = results.get(timeout=30)
+        assert not raw.post_processed and np.array_equal(raw.audio, _audio_for(chunks[3]).numpy())
+        assert len(codec.decoded) == 3 and finisher.launched_decodes == 2
+
+        # raw audio wanted (stream `whole`), launched: a copy, not the launch's buffer
+        assert _settled(finisher)
+        finisher.decode("state", 5, chunks[0], object(), None, None)  # `ready`: the lane's stream waits on it
+        raw = results.get(timeout=30)
+        assert not raw.post_processed and np.array_equal(raw.audio, _audio_for(chunks[0]).numpy())
+        assert finisher.launched_decodes == 3 and sum(lane.stream.waited for lane in finisher._lanes) == 1
+        assert _settled(finisher)
+    finally:
+        for gate in gates:
+            gate.set()
+        finisher.shutdown()
+
+
+def test_a_failed_launch_fails_its_chunk_alone_and_frees_its_lane(monkeypatch):
+    from server.engine.finisher import FinishFailed
+
+    codec = _LaneCodec()
+    results: queue.Queue = queue.Queue()
+    finisher = _lane_finisher(monkeypatch, codec, results)
+    try:
+        codec.fail_replay = True
+        finisher.decode("state", 0, torch.zeros((8, 8), dtype=torch.long), None, None, True)
+        failed = results.get(timeout=30)
+        assert isinstance(failed, FinishFailed) and failed.index == 0 and "replay broke" in str(failed.error)
+        assert not any(lane.pending for lane in finisher._lanes)
+        codec.fail_replay = False
+        finisher.decode("state", 1, torch.zeros((8, 8), dtype=torch.long), None, None, True)
+        assert isinstance(results.get(timeout=30), ChunkDecoded) and finisher.launched_decodes == 1
+    finally:
+        finisher.shutdown()
+
+
+def test_launching_from_the_engine_thread_can_be_turned_off(monkeypatch):
+    monkeypatch.setenv("CHORUS_DECODE_LAUNCH", "0")
+    codec = _LaneCodec()
+    results: queue.Queue = queue.Queue()
+    finisher = _lane_finisher(monkeypatch, codec, results)
+    try:
+        finisher.decode("state", 0, torch.zeros((8, 8), dtype=torch.long), None, None, True)
+        assert isinstance(results.get(timeout=30), ChunkDecoded)
+        assert finisher.launched_decodes == 0 and codec.replayed == [] and len(codec.decoded) == 1
+    finally:
+        finisher.shutdown()

@@ -50,6 +50,16 @@ class Codec:
             while_decoding()
         return audio.float().cpu().numpy()  # copied out before this thread's next decode
 
+    def replay(self, graphs, tokens: torch.Tensor) -> torch.Tensor | None:
+        """Launch the decode of (C, T) device tokens on the current stream by replaying the
+        graph of their length's bucket in `graphs` (one thread's set, `DecodeGraphs.mine()`):
+        (channels, N) on the device, what `decode` copies out, valid until that set's next
+        replay. None where the set has no graph for that length (`decode` then)."""
+        if self.graphs is None:
+            return None
+        audio = self.graphs.replay(graphs, tokens.unsqueeze(0))
+        return None if audio is None else audio[0]
+
     @torch.inference_mode()
     def encode_voice(self, audio: np.ndarray, sample_rate: int, text: str | None) -> VoicePrompt:
         """The reference's `create_voice_clone_prompt`: resample, RMS boost, silence trim,

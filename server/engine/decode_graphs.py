@@ -19,7 +19,9 @@ thread at start-up, and no request pays for a plan or a capture again.
 Each worker thread keeps its own graphs and memory pool and captures on its own stream
 (thread-local capture mode), so decodes on other threads and the step loop carry on; a
 thread's graphs share one pool, safe because they replay one at a time on that thread and
-each output is copied out before the next replay. A bucket that cannot be captured decodes
+each output is copied out before the next replay. The engine thread may replay a thread's
+graphs itself (`replay`, on that thread's stream) while that thread has no decode of its own:
+the finisher's idle lanes. A bucket that cannot be captured decodes
 eagerly (masked), logged once; longer clips and the legacy default stream decode eagerly at
 their own length.
 """
@@ -148,11 +150,28 @@ class DecodeGraphs:
         self._local = threading.local()
         self._lock = threading.Lock()  # stats only
 
-    def _mine(self) -> _ThreadGraphs:
+    def mine(self) -> _ThreadGraphs:
+        """The calling thread's graphs (made on first use)."""
         mine = getattr(self._local, "graphs", None)
         if mine is None:
             mine = self._local.graphs = _ThreadGraphs()
         return mine
+
+    def replay(self, graphs: _ThreadGraphs, codes: torch.Tensor) -> torch.Tensor | None:
+        """Replay `graphs`' graph for the bucket of `codes` on the current stream, from any
+        thread, as `decode` would on the thread that owns them; None if it has none. The
+        caller keeps the owner from replaying them meanwhile (the finisher's idle lanes)."""
+        bucket = bucket_for(codes.shape[-1], self.buckets)
+        captured = graphs.graphs.get(bucket) if bucket is not None else None
+        return None if captured is None else self._replay(captured, codes, bucket)
+
+    def _replay(self, captured: _Captured, codes: torch.Tensor, bucket: int) -> torch.Tensor:
+        frames = codes.shape[-1]
+        captured.codes[..., :frames].copy_(codes)
+        captured.length.fill_(frames)
+        captured.graph.replay()
+        self._count("replays")
+        return _clip(captured.audio, frames, bucket)
 
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
         frames = codes.shape[-1]
@@ -161,7 +180,7 @@ class DecodeGraphs:
         if stream == torch.cuda.default_stream(codes.device) or bucket is None:
             self._count("eager")
             return self.decode_fn(codes)  # no capture on the legacy default stream
-        mine = self._mine()
+        mine = self.mine()
         captured = mine.graphs.get(bucket)
         if captured is None:
             if bucket in mine.seen and bucket not in mine.failed:
@@ -170,11 +189,7 @@ class DecodeGraphs:
             if captured is None:
                 self._count("eager")
                 return self._masked(codes, bucket)
-        captured.codes[..., :frames].copy_(codes)
-        captured.length.fill_(frames)
-        captured.graph.replay()
-        self._count("replays")
-        return _clip(captured.audio, frames, bucket)
+        return self._replay(captured, codes, bucket)
 
     def _masked(self, codes: torch.Tensor, bucket: int) -> torch.Tensor:
         """`decode_fn` at the bucket's length, every convolution's input cut at the clip's end."""
@@ -213,7 +228,7 @@ class DecodeGraphs:
     def warm(self, num_codebooks: int, device: torch.device, buckets: tuple[int, ...] | None = None) -> int:
         """On the calling thread (on its own stream): decode at each bucket twice, so its plans
         are built and its graph captured; returns how many buckets replay here now."""
-        mine = self._mine()
+        mine = self.mine()
         with torch.inference_mode():  # as `Codec.decode` runs
             for bucket in buckets or self.buckets:
                 codes = torch.zeros((1, num_codebooks, bucket), dtype=torch.long, device=device)

@@ -14,6 +14,14 @@ state the port itself warms: code, branch history, the allocator's blocks; keepi
 awake does not help). So a thread idle for `COLD_AFTER_S` ports a short built-in clip while
 the GPU decodes its chunk, and the chunk's own port then runs warm. Under load the threads
 are never idle that long and never do it (`CHORUS_POST_WARMUP=0`: never).
+
+Each thread is a *lane*: its stream, its decode graphs and the thread that finishes what they
+decode. When a chunk finishes and a lane is idle, the engine thread itself launches the decode
+there (its graph replayed on the lane's stream, the audio and tokens copied out to pinned
+memory behind it) and the lane's thread only waits for it and post-processes: the first
+sound no longer waits for a thread to wake before its decode starts (about half a millisecond
+on an H200's host). A busy lane, or a length without a graph on that lane, is decoded by the
+lane's thread as before (`CHORUS_DECODE_LAUNCH=0`: always).
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -48,17 +57,46 @@ def warm_clip(sample_rate: int) -> np.ndarray:
     return (0.3 * np.random.default_rng(0).standard_normal(n).astype(np.float32) * bursts)[None, :]
 
 
+@dataclass
+class _Lane:
+    """A decode stream with its own graphs, and the one thread that finishes its chunks."""
+
+    index: int
+    executor: ThreadPoolExecutor
+    stream: torch.cuda.Stream | None = None  # set by its thread when it warms its graphs
+    graphs: object | None = None  # that thread's decode graphs, replayable from the engine thread
+    pending: int = 0  # jobs given to it and not yet finished
+
+
+@dataclass
+class _Launched:
+    """A decode the engine thread launched on a lane; its host copies are there once `done` passes."""
+
+    audio: torch.Tensor  # (channels, N) float32, pinned
+    tokens: torch.Tensor  # (C, T), pinned
+    done: torch.cuda.Event
+    launched_at: float
+    read: torch.Tensor  # the device tokens, kept from the allocator until the lane's stream has read them
+
+
 class Finisher:
     def __init__(self, codec: Codec, device: torch.device, deliver: Callable[[Command], None], workers: int = 2):
         self.codec = codec
         self.workers = workers
         self.device = device
         self.deliver = deliver
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="chorus-finish")
+        self._lanes = [_Lane(i, ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"chorus-finish{i}"))
+                       for i in range(workers)]
+        self._lanes_lock = threading.Lock()
         self._streams = WorkerStreams(device, decode_priority())  # ahead of the steps' kernels
-        # wall time of each post-processing job (ms), measured where it ran, for the bench
+        self._launch_here = os.environ.get("CHORUS_DECODE_LAUNCH", "") != "0"
+        # wall time of each decode (to the audio on the host) and post-processing job (ms),
+        # measured where it ran, for the bench
+        self.decode_ms: deque[float] = deque(maxlen=4096)
+        self.decode_jobs = 0
         self.post_ms: deque[float] = deque(maxlen=4096)
         self.post_jobs = 0  # post-processing jobs finished, ever
+        self.launched_decodes = 0  # decodes the engine thread launched on an idle lane
         self.warm_ups = 0  # ports of the warm-up clip done by threads that had gone cold
         warm = hasattr(codec, "sample_rate") and os.environ.get("CHORUS_POST_WARMUP", "") != "0"
         self._warm_clip = warm_clip(codec.sample_rate) if warm else None
@@ -74,38 +112,129 @@ class Finisher:
         self.post_jobs += 1
         return audio
 
+    def _record_decode(self, ms: float) -> None:
+        self.decode_ms.append(ms)
+        self.decode_jobs += 1
+
     def warm_decodes(self, num_codebooks: int, buckets: tuple[int, ...] | None = None) -> list[int]:
-        """Capture the decode graph of every length bucket on every worker thread (each thread
-        replays only its own), so no request's first audio waits for cuDNN's planning or a
-        capture; blocks until done and returns each thread's graph count (none off CUDA)."""
+        """Capture the decode graph of every length bucket on every lane (each has its own
+        graphs and stream), so no request's first audio waits for cuDNN's planning or a
+        capture; blocks until done and returns each lane's graph count (none off CUDA)."""
         graphs = self.codec.graphs
         if graphs is None:
             return []
         t0 = time.perf_counter()
-        barrier = threading.Barrier(self.workers)  # one job per thread: each waits for the others
 
-        def warm() -> int:
-            barrier.wait(timeout=60)
-            with on(self._streams.current()):
-                return graphs.warm(num_codebooks, self.device, buckets)
+        def warm(lane: _Lane) -> int:
+            stream = self._streams.current()
+            with on(stream):
+                count = graphs.warm(num_codebooks, self.device, buckets)
+            lane.stream, lane.graphs = stream, graphs.mine()
+            return count
 
         try:
-            counts = [future.result() for future in [self._pool.submit(warm) for _ in range(self.workers)]]
+            counts = [future.result() for future in [lane.executor.submit(warm, lane) for lane in self._lanes]]
         except Exception:  # buckets are then captured as traffic brings them
             log.warning("capturing decode graphs at start failed; they are captured as lengths come",
                         exc_info=True)
+            for lane in self._lanes:
+                lane.stream = lane.graphs = None
             return []
-        log.info("decode graphs captured on %d worker threads in %.1f s (%s graphs)", self.workers,
+        log.info("decode graphs captured on %d lanes in %.1f s (%s graphs)", self.workers,
                  time.perf_counter() - t0, counts)
         return counts
+
+    # ---- lanes ------------------------------------------------------------------------
+
+    def _take_lane(self) -> tuple[_Lane, bool]:
+        """The lane with the fewest jobs, now with one more; True if it had none."""
+        with self._lanes_lock:
+            lane = min(self._lanes, key=lambda lane: lane.pending)
+            lane.pending += 1
+            return lane, lane.pending == 1
+
+    def _release(self, lane: _Lane) -> None:
+        with self._lanes_lock:
+            lane.pending -= 1
+
+    def _submit(self, fn, *args) -> None:
+        """`fn(*args)` on the least busy lane's thread (post-processing of joined chunks)."""
+        lane, _ = self._take_lane()
+        lane.executor.submit(self._on_lane, lane, fn, *args)
+
+    def _on_lane(self, lane: _Lane, fn, *args) -> None:
+        try:
+            fn(*args)
+        finally:
+            self._release(lane)
+
+    # ---- decode -------------------------------------------------------------------------
 
     def decode(self, state: RequestState, index: int, tokens: torch.Tensor, ready: torch.cuda.Event | None,
                rms: float | None, postprocess: bool | None) -> None:
         """Decode `tokens` once `ready` (an event on the engine's stream) has passed.
 
+        Called on the engine thread; launches the decode right here on an idle lane.
         `postprocess` None means keep the raw audio (to be joined with the other chunks).
         """
-        self._pool.submit(self._decode, state, index, tokens, ready, rms, postprocess)
+        lane, idle = self._take_lane()
+        try:
+            launched = self._launch(lane, tokens, ready) if idle and self._launch_here else None
+        except Exception as exc:  # fails that request alone
+            log.exception("launching the decode of chunk %d failed", index)
+            self._release(lane)
+            self.deliver(FinishFailed(state, index, exc))
+            return
+        if launched is not None:
+            lane.executor.submit(self._on_lane, lane, self._finish_launched, state, index, launched, rms, postprocess)
+        else:
+            lane.executor.submit(self._on_lane, lane, self._decode, state, index, tokens, ready, rms, postprocess)
+
+    def _launch(self, lane: _Lane, tokens: torch.Tensor, ready: torch.cuda.Event | None) -> _Launched | None:
+        """On the engine thread: replay the lane's graph for these tokens on its stream and
+        queue the copies out behind it. None where the lane has no graph for that length
+        (or none at all): its thread then decodes as it always did."""
+        if lane.graphs is None or lane.stream is None:
+            return None
+        launched_at = time.perf_counter()
+        with on(lane.stream), torch.inference_mode():
+            if ready is not None:
+                lane.stream.wait_event(ready)
+            audio = self.codec.replay(lane.graphs, tokens)
+            if audio is None:
+                return None
+            host_audio = _pinned_copy(audio.float())
+            host_tokens = _pinned_copy(tokens)
+            done = torch.cuda.Event()
+            done.record(lane.stream)
+        self.launched_decodes += 1
+        return _Launched(host_audio, host_tokens, done, launched_at, tokens)
+
+    def _finish_launched(self, state: RequestState, index: int, launched: _Launched, rms: float | None,
+                         postprocess: bool | None) -> None:
+        """On the lane's thread: warm up if cold while the GPU decodes, then post-process."""
+        try:
+            if postprocess is not None:
+                self._warm_up_if_cold(rms, postprocess)
+            self._decoded(launched)
+            self._record_decode((time.perf_counter() - launched.launched_at) * 1e3)
+            tokens_host = launched.tokens.numpy().copy()  # kept by consumers: not in pinned memory
+            raw = launched.audio.numpy()
+            if postprocess is None:
+                self.deliver(ChunkDecoded(state, index, tokens_host, raw.copy(), post_processed=False))
+            else:  # the port writes a new array: the pinned buffer goes back to its pool
+                self._post(post_process, raw, rms, postprocess, self.codec.sample_rate,
+                           on_done=lambda audio: ChunkDecoded(state, index, tokens_host, audio, post_processed=True))
+        except Exception as exc:  # handed to the engine thread, fails that request
+            log.exception("decoding chunk %d failed", index)
+            self.deliver(FinishFailed(state, index, exc))
+        finally:
+            self._idle_since.t = time.perf_counter()
+
+    @staticmethod
+    def _decoded(launched: _Launched) -> None:
+        """Wait for a launched decode's copies to land (a separate call so benches can time it)."""
+        launched.done.synchronize()
 
     def _decode(self, state: RequestState, index: int, tokens: torch.Tensor, ready: torch.cuda.Event | None,
                 rms: float | None, postprocess: bool | None) -> None:
@@ -115,8 +244,10 @@ class Finisher:
             with on(stream):
                 if ready is not None:
                     stream.wait_event(ready)
-                tokens_host = tokens.cpu().numpy()
+                t0 = time.perf_counter()
                 raw = self.codec.decode(tokens, while_decoding=warm)
+                self._record_decode((time.perf_counter() - t0) * 1e3)
+                tokens_host = tokens.cpu().numpy()
             if postprocess is None:
                 self.deliver(ChunkDecoded(state, index, tokens_host, raw, post_processed=False))
             else:
@@ -141,7 +272,7 @@ class Finisher:
             log.debug("post-processing warm-up failed", exc_info=True)
 
     def join(self, state: RequestState, chunks: list[np.ndarray], rms: float | None, postprocess: bool) -> None:
-        self._pool.submit(self._join, state, chunks, rms, postprocess)
+        self._submit(self._join, state, chunks, rms, postprocess)
 
     def _join(self, state: RequestState, chunks: list[np.ndarray], rms: float | None, postprocess: bool) -> None:
         try:
@@ -151,8 +282,20 @@ class Finisher:
             log.exception("post-processing failed")
             self.deliver(FinishFailed(state, 0, exc))
 
+    def run_on_lane(self, lane: int, fn, *args):
+        """`fn(*args)` on that lane's thread, its result (tests and benches)."""
+        return self._lanes[lane].executor.submit(fn, *args).result()
+
     def shutdown(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        for lane in self._lanes:
+            lane.executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _pinned_copy(tensor: torch.Tensor) -> torch.Tensor:
+    """A pinned host copy of a device tensor, queued on the current stream (not yet there)."""
+    host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+    host.copy_(tensor, non_blocking=True)
+    return host
 
 
 def _timed(fn, *args) -> tuple[np.ndarray, float]:
