@@ -19,7 +19,7 @@ Each thread is a *lane*: its stream, its decode graphs and the thread that finis
 decode. When a chunk finishes and a lane is idle, the engine thread itself launches the decode
 there (its graph replayed on the lane's stream, the audio and tokens copied out to pinned
 memory behind it) and the lane's thread only waits for it and post-processes: the first
-sound no longer waits for a thread to wake before its decode starts (about half a millisecond
+sound no longer waits for a thread to wake before its decode starts (0.3-0.5 ms
 on an H200's host). A busy lane, or a length without a graph on that lane, is decoded by the
 lane's thread as before (`CHORUS_DECODE_LAUNCH=0`: always).
 """
@@ -218,13 +218,10 @@ class Finisher:
                 self._warm_up_if_cold(rms, postprocess)
             self._decoded(launched)
             self._record_decode((time.perf_counter() - launched.launched_at) * 1e3)
-            tokens_host = launched.tokens.numpy().copy()  # kept by consumers: not in pinned memory
+            # what consumers keep is not left in pinned memory (the port writes a new array)
             raw = launched.audio.numpy()
-            if postprocess is None:
-                self.deliver(ChunkDecoded(state, index, tokens_host, raw.copy(), post_processed=False))
-            else:  # the port writes a new array: the pinned buffer goes back to its pool
-                self._post(post_process, raw, rms, postprocess, self.codec.sample_rate,
-                           on_done=lambda audio: ChunkDecoded(state, index, tokens_host, audio, post_processed=True))
+            self._hand_on(state, index, launched.tokens.numpy().copy(), raw.copy() if postprocess is None else raw,
+                          rms, postprocess)
         except Exception as exc:  # handed to the engine thread, fails that request
             log.exception("decoding chunk %d failed", index)
             self.deliver(FinishFailed(state, index, exc))
@@ -248,16 +245,21 @@ class Finisher:
                 raw = self.codec.decode(tokens, while_decoding=warm)
                 self._record_decode((time.perf_counter() - t0) * 1e3)
                 tokens_host = tokens.cpu().numpy()
-            if postprocess is None:
-                self.deliver(ChunkDecoded(state, index, tokens_host, raw, post_processed=False))
-            else:
-                self._post(post_process, raw, rms, postprocess, self.codec.sample_rate,
-                           on_done=lambda audio: ChunkDecoded(state, index, tokens_host, audio, post_processed=True))
+            self._hand_on(state, index, tokens_host, raw, rms, postprocess)
         except Exception as exc:  # handed to the engine thread, fails that request
             log.exception("decoding chunk %d failed", index)
             self.deliver(FinishFailed(state, index, exc))
         finally:
             self._idle_since.t = time.perf_counter()
+
+    def _hand_on(self, state: RequestState, index: int, tokens: np.ndarray, raw: np.ndarray, rms: float | None,
+                 postprocess: bool | None) -> None:
+        """The decoded chunk to the engine thread: raw (`postprocess` None), or post-processed here first."""
+        if postprocess is None:
+            self.deliver(ChunkDecoded(state, index, tokens, raw, post_processed=False))
+        else:
+            self._post(post_process, raw, rms, postprocess, self.codec.sample_rate,
+                       on_done=lambda audio: ChunkDecoded(state, index, tokens, audio, post_processed=True))
 
     def _warm_up_if_cold(self, rms: float | None, postprocess: bool) -> None:
         """Port the warm-up clip (result dropped) if this thread has been idle long enough to
