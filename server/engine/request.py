@@ -19,10 +19,10 @@ import torch
 from server.engine.canvas import CanvasItem
 from server.engine.fast_start import split_first_chunk
 from server.engine.prefix_tokens import prefix_tokenizer
+from server.engine.text_chunks import chunk_text_punctuation
 from server.engine.types import EventSink, Finished, GenerationOptions, RequestRejected, SynthesisRequest, VoicePrompt
 from server.engine.upstream_names import (
     ZH_RE,
-    chunk_text_punctuation,
     combine_text,
     get_time_steps,
     resolve_instruct,

@@ -14,4 +14,10 @@ from omnivoice.models.omnivoice import (
     _tokenize_with_nonverbal_tags as tokenize_with_nonverbal_tags,
 )
 from omnivoice.utils.audio import cross_fade_chunks, fade_and_pad_audio, remove_silence
-from omnivoice.utils.text import add_punctuation, chunk_text_punctuation
+from omnivoice.utils.text import (
+    ABBREVIATIONS,
+    CLOSING_MARKS,
+    SPLIT_PUNCTUATION,
+    add_punctuation,
+    chunk_text_punctuation,
+)
