@@ -144,9 +144,10 @@ async def single(url: str, seconds: float = 10.0, runs: int = 7, warmup: int = 2
     }
 
 
-async def long(url: str, first_chunk_seconds: float | None = None, seconds: float = 60.0, runs: int = 3,
+async def long(url: str, first_chunk_seconds: float | None = None, seconds: float = 60.0, runs: int = 7,
                seed: int = 0) -> dict:
-    """A 60 s paragraph streamed chunk by chunk, one at a time."""
+    """A 60 s paragraph streamed chunk by chunk, one at a time (as many runs as the lone line
+    has: a median of three moved with one slow run)."""
     text = long_paragraph(seed, seconds)
     options = {} if first_chunk_seconds is None else {"first_chunk_seconds": first_chunk_seconds}
     client = await Client.connect(url)
