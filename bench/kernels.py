@@ -5,7 +5,8 @@ a lone 10 s line (544, its graph bucket) up to the 256 mix's ~34k. For each it t
 
 - the four projections (`F.linear`) under cuBLAS and under cuBLASLt, as TFLOP/s;
 - the q/k norm + RoPE kernel (`server/engine/qk_norm_rope.py`) at several program shapes
-  (heads per program, warps), each checked bit for bit against the default shape;
+  (`python -m bench.qk_rope_sweep`'s, from CUDA graphs), each checked bit for bit against the
+  default shape;
 - FlashInfer's fused add + RMSNorm and SiLU gate, as achieved memory bandwidth.
 
     python -m bench.kernels --out kernels.json
@@ -21,6 +22,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from bench import qk_rope_sweep
 from bench.forward import cuda_ms
 
 HIDDEN, Q_HEADS, KV_HEADS, HEAD_DIM, INTER = 1024, 16, 8, 128, 3072
@@ -31,7 +33,6 @@ PROJECTIONS = {  # name: (out features, in features)
     "down": (HIDDEN, INTER),
 }
 TOKENS = (544, 1152, 2304, 4608, 8576, 34256)
-QK_SHAPES = ((32, 4), (32, 8), (16, 4), (8, 1), (8, 2), (8, 4), (4, 1), (4, 2))  # (heads/program, warps)
 
 
 REPEAT = 20  # calls back to back per timing, so small shapes measure the kernel, not one launch
@@ -57,27 +58,6 @@ def gemms(device, tokens: tuple[int, ...], iters: int) -> list[dict]:
                 row[f"{lib}_tflops"] = round(2 * m * n * k / ms / 1e9, 1)
             torch.backends.cuda.preferred_blas_library("cublas")
             rows.append(row)
-    return rows
-
-
-def qk_norm_rope_shapes(device, tokens: tuple[int, ...], iters: int) -> list[dict]:
-    from server.engine.qk_norm_rope import qk_norm_rope
-
-    rows = []
-    gen = torch.Generator(device="cpu").manual_seed(0)
-    for m in tokens:
-        qkv = (torch.randn(m, Q_HEADS + 2 * KV_HEADS, HEAD_DIM, generator=gen) * 3).to(device, torch.bfloat16)
-        w = (1 + 0.1 * torch.randn(2, HEAD_DIM, generator=gen)).to(device, torch.bfloat16)
-        pos = torch.randint(0, 600, (m,), generator=gen).to(device)
-        args = (qkv, w, pos, Q_HEADS, KV_HEADS, 1e-6, 1e6)
-        base_q, base_k = qk_norm_rope(*args)
-        moved = 2 * m * (Q_HEADS + KV_HEADS) * HEAD_DIM * 2  # read and write q and k, bf16
-        for hp, warps in QK_SHAPES:
-            q, k = qk_norm_rope(*args, heads_per_program=hp, num_warps=warps)
-            same = bool(torch.equal(q, base_q) and torch.equal(k, base_k))
-            ms = _timed(lambda: qk_norm_rope(*args, heads_per_program=hp, num_warps=warps), iters)
-            rows.append({"tokens": m, "heads_per_program": hp, "num_warps": warps, "us": round(ms * 1000, 2),
-                         "gb_per_s": round(moved / ms / 1e6, 1), "bitwise_equal_to_default": same})
     return rows
 
 
@@ -115,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         "meta": {"command": "python -m bench.kernels " + " ".join(argv or sys.argv[1:]),
                  "gpu": torch.cuda.get_device_name(device), "torch": torch.__version__},
         "gemm": gemms(device, tokens, args.iters),
-        "qk_norm_rope": qk_norm_rope_shapes(device, tokens, args.iters),
+        "qk_norm_rope": qk_rope_sweep.sweep(tokens)["rows"],
         "elementwise": elementwise(device, tokens, args.iters),
     }
     text = json.dumps(report, indent=1)

@@ -31,16 +31,24 @@ SCRIPT = textwrap.dedent("""
     tq = TorchOps.rmsnorm(qkv[:, :4], w[0], 1e-6); tk = TorchOps.rmsnorm(qkv[:, 4:6], w[1], 1e-6)
     TorchOps.rope_inplace(tq, tk, pos, 1e6)
     assert torch.allclose(tq, rq, atol=1e-5) and torch.allclose(tk, rk, atol=1e-5)
-    # every program shape (heads per program, warps) gives the same bits: one head's
-    # arithmetic never depends on its neighbours
+    # every program shape gives the same bits: one head's arithmetic never depends on its
+    # neighbours, nor on how many tokens or heads a program takes (q and k head counts that
+    # are not powers of two included)
     qkv = torch.randn(13, 32, 16).to(torch.bfloat16)
     pos = torch.randint(0, 900, (13,))
     w = torch.randn(2, 16).to(torch.bfloat16)
-    assert m.program_shape(5000, 24) == (8, 1) and m.program_shape(600, 24) == (32, 4)
-    base = m.qk_norm_rope(qkv, w, pos, 16, 8, 1e-6, 1e6, heads_per_program=32, num_warps=4)
-    for hp, warps in ((8, 1), (4, 2), (16, 4)):
-        got = m.qk_norm_rope(qkv, w, pos, 16, 8, 1e-6, 1e6, heads_per_program=hp, num_warps=warps)
-        assert torch.equal(got[0], base[0]) and torch.equal(got[1], base[1]), (hp, warps)
+    S = m.ProgramShape
+    assert m.program_shape(5000, 24) == S("tokens", 1, 2) and m.program_shape(600, 24) == S("heads", 8, 1)
+    assert m.program_shape(600, 6) == S("heads", 8, 4)
+    for nq, nk in ((16, 8), (12, 6), (3, 1)):
+        base = m.qk_norm_rope(qkv, w, pos, nq, nk, 1e-6, 1e6, shape=S("heads", 32, 4))
+        rq, rk = m.reference(qkv, w, pos, nq, nk, 1e-6, 1e6)
+        assert float((base[0].float() - rq.float()).norm() / rq.float().norm()) < 1e-2
+        assert float((base[1].float() - rk.float()).norm() / rk.float().norm()) < 1e-2
+        for shape in (S("heads", 8, 1), S("heads", 4, 2), S("heads", 16, 4), S("tokens", 1, 4),
+                      S("tokens", 2, 1), S("tokens", 4, 2), S("tokens", 16, 4)):
+            got = m.qk_norm_rope(qkv, w, pos, nq, nk, 1e-6, 1e6, shape=shape)
+            assert torch.equal(got[0], base[0]) and torch.equal(got[1], base[1]), (nq, nk, shape)
     print("ok")
 """)
 

@@ -2,10 +2,17 @@
 
 Unfused, a layer reads the q and k heads out of the QKV row with a strided norm kernel,
 writes them, and reads and writes them again for RoPE: four passes over 24 of the row's 32
-heads. Here one program per token loads all its q and k heads once, normalises each head in
-float32, rotates it (rotate-half, `theta ** (-2i / D)` frequencies, the position of the
-token within its document) and writes q and k contiguous, rounding once. V is never
-touched: attention reads it straight from the QKV output.
+heads. Here each q and k head is loaded once, normalised in float32, rotated (rotate-half,
+`theta ** (-2i / D)` frequencies, the position of the token within its document) and
+written to contiguous q and k, rounding once. V is never touched: attention reads it
+straight from the QKV output.
+
+Two layouts cut the work into programs (`ProgramShape`, chosen per step size by
+`program_shape`): `heads`, a group of one token's heads a program, which small steps run
+fastest; and `tokens`, a few tokens a program with their q heads as one tile and their k
+heads as another and the rotation's cos and sin made once per token, which large steps
+run fastest. Within a layout a head's bits never depend on how many heads or tokens its
+program takes; the two layouts may differ in the last bit (the norm's sum order).
 
 `available()` says whether Triton and a CUDA device are there; `check()` compares the
 kernel with the unfused arithmetic on random data, and the backbone uses the kernel only
@@ -16,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -53,6 +61,7 @@ if triton is not None:
     @triton.jit
     def _qk_norm_rope_kernel(qkv, q_out, k_out, w, pos, stride_tok, eps, log2_theta,
                              NQ: tl.constexpr, NK: tl.constexpr, HP: tl.constexpr, HALF: tl.constexpr):
+        """The `heads` layout: one program per token and group of `HP` heads."""
         t = tl.program_id(0).to(tl.int64)
         # this program's HP heads of the token: q heads, then k heads (the last group masked)
         h = tl.program_id(1) * HP + tl.arange(0, HP)[:, None]
@@ -75,33 +84,85 @@ if triton is not None:
         tl.store(kdst, o1.to(k_out.dtype.element_ty), mask=km)
         tl.store(kdst + HALF, o2.to(k_out.dtype.element_ty), mask=km)
 
+    @triton.jit
+    def _norm_rotate_heads(qkv, out, w, t, t_ok, c, s, stride_tok, eps,
+                           HEAD0: tl.constexpr, NH: tl.constexpr, NHP: tl.constexpr, HALF: tl.constexpr):
+        """Heads HEAD0 .. HEAD0 + NH of tokens `t` ((BT,), int64) as one (BT, NHP, HALF) tile
+        per half: each head RMS-normalised in float32 and rotated by the tokens' cos and sin
+        `c`, `s` ((BT, 1, HALF)), written to `out` ((S, NH, 2 HALF)), rounding once."""
+        h = tl.arange(0, NHP)[None, :, None]
+        d = tl.arange(0, HALF)[None, None, :]
+        t3 = t[:, None, None]
+        ok = t_ok[:, None, None] & (h < NH)
+        src = qkv + t3 * stride_tok + (HEAD0 + h) * (2 * HALF) + d
+        x1 = tl.load(src, mask=ok, other=0.0).to(tl.float32)
+        x2 = tl.load(src + HALF, mask=ok, other=0.0).to(tl.float32)
+        ms = (tl.sum(x1 * x1, axis=2) + tl.sum(x2 * x2, axis=2)) / (2 * HALF)
+        r = (1.0 / tl.sqrt(ms + eps))[:, :, None]
+        n1 = x1 * r * tl.load(w + d).to(tl.float32)
+        n2 = x2 * r * tl.load(w + HALF + d).to(tl.float32)
+        dst = out + t3 * (NH * 2 * HALF) + h * (2 * HALF) + d
+        tl.store(dst, (n1 * c - n2 * s).to(out.dtype.element_ty), mask=ok)
+        tl.store(dst + HALF, (n2 * c + n1 * s).to(out.dtype.element_ty), mask=ok)
+
+    @triton.jit
+    def _qk_norm_rope_tokens_kernel(qkv, q_out, k_out, w, pos, seq, stride_tok, eps, log2_theta,
+                                    NQ: tl.constexpr, NK: tl.constexpr, NQP: tl.constexpr, NKP: tl.constexpr,
+                                    BT: tl.constexpr, HALF: tl.constexpr):
+        """The `tokens` layout: one program per `BT` tokens, all their q heads as one tile and
+        all their k heads as another, the rotation's cos and sin made once per token."""
+        t = tl.program_id(0).to(tl.int64) * BT + tl.arange(0, BT)
+        t_ok = t < seq
+        p = tl.load(pos + t, mask=t_ok, other=0).to(tl.float32)[:, None]
+        d = tl.arange(0, HALF)[None, :]
+        ang = p * tl.exp2(-(d.to(tl.float32) / HALF) * log2_theta)
+        # range-reduce so the fast sin/cos stay accurate for long documents (as norm_rope_halves)
+        two_pi = 6.283185307179586
+        ang = ang - two_pi * tl.floor(ang / two_pi + 0.5)
+        c = tl.cos(ang)[:, None, :]
+        s = tl.sin(ang)[:, None, :]
+        _norm_rotate_heads(qkv, q_out, w, t, t_ok, c, s, stride_tok, eps, 0, NQ, NQP, HALF)
+        _norm_rotate_heads(qkv, k_out, w + 2 * HALF, t, t_ok, c, s, stride_tok, eps, NQ, NK, NKP, HALF)
+
 
 def available(device: torch.device | None = None) -> bool:
     return triton is not None and (device is None or torch.device(device).type == "cuda")
 
 
-LARGE_STEP_TOKENS = 4096
+@dataclass(frozen=True)
+class ProgramShape:
+    """How a step's q/k heads are cut into programs: `layout` `heads` (one token's
+    `per_program` heads a program) or `tokens` (`per_program` tokens' q heads and k heads a
+    program), on `warps` warps."""
+
+    layout: str
+    per_program: int
+    warps: int
 
 
-def program_shape(seq: int, heads: int) -> tuple[int, int]:
-    """(heads per program, warps) for a step of `seq` tokens. Measured on an H200 at the
-    full-size model's 24 q/k heads (`python -m bench.kernels`): from ~4k tokens, programs of
-    8 heads on one warp move 2.3 TB/s against 1.9 for a whole token on four warps (34k
-    tokens: 182 against 226 us a layer); below that the two are alike."""
-    if seq >= LARGE_STEP_TOKENS and heads % 8 == 0:
-        return 8, 1
-    return triton.next_power_of_2(heads), 4
+TOKENS_LAYOUT_FROM = 1024  # packed rows from which a step takes the `tokens` layout
+
+
+def program_shape(seq: int, heads: int) -> ProgramShape:
+    """The shape for a step of `seq` tokens, measured on an H200 at the full-size model's 16
+    q and 8 k heads (`python -m bench.qk_rope_sweep`, us a call in a CUDA graph): from ~1k rows
+    one token a program on two warps (1605 rows: 5.8 against 9.2 for a whole token's heads on
+    four warps; 34k: 104 against 133 for 8 heads on one warp, 3.2 TB/s); below that 8 heads
+    on one warp (544 rows: 3.5 against 4.6; 135 rows: 2.6, as four warps)."""
+    if seq >= TOKENS_LAYOUT_FROM:
+        return ProgramShape("tokens", 1, 2)
+    if heads % 8 == 0:
+        return ProgramShape("heads", 8, 1)
+    return ProgramShape("heads", triton.next_power_of_2(heads), 4)
 
 
 def qk_norm_rope(qkv: torch.Tensor, weights: torch.Tensor, pos: torch.Tensor, num_q_heads: int,
                  num_kv_heads: int, eps: float, theta: float,
-                 q_out: torch.Tensor | None = None,
-                 k_out: torch.Tensor | None = None, *, heads_per_program: int | None = None,
-                 num_warps: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                 q_out: torch.Tensor | None = None, k_out: torch.Tensor | None = None, *,
+                 shape: ProgramShape | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """qkv (S, Hq + 2 Hkv, D) (last dim contiguous), weights (2, D) = [q_norm; k_norm],
-    pos (S,) -> q (S, Hq, D), k (S, Hkv, D), normalised and rotated. Each program takes
-    `heads_per_program` heads of one token (a power of two) with `num_warps` warps; every
-    head's arithmetic is the same whatever the shape (default: `program_shape`)."""
+    pos (S,) -> q (S, Hq, D), k (S, Hkv, D), normalised and rotated, by programs of `shape`
+    (default: `program_shape`); every head's arithmetic is the same whatever the shape."""
     seq, _, d = qkv.shape
     if q_out is None:
         q_out = qkv.new_empty(seq, num_q_heads, d)
@@ -111,12 +172,18 @@ def qk_norm_rope(qkv: torch.Tensor, weights: torch.Tensor, pos: torch.Tensor, nu
         return q_out, k_out
     assert qkv.stride(2) == 1 and qkv.stride(1) == d and weights.is_contiguous()
     heads = num_q_heads + num_kv_heads
-    default_hp, default_warps = program_shape(seq, heads)
-    hp, num_warps = heads_per_program or default_hp, num_warps or default_warps
-    _qk_norm_rope_kernel[(seq, triton.cdiv(heads, hp))](
-        qkv, q_out, k_out, weights, pos, qkv.stride(0), float(eps), float(math.log2(theta)),
-        NQ=num_q_heads, NK=num_kv_heads, HP=hp, HALF=d // 2, num_warps=num_warps,
-    )
+    shape = shape or program_shape(seq, heads)
+    if shape.layout == "tokens":
+        _qk_norm_rope_tokens_kernel[(triton.cdiv(seq, shape.per_program),)](
+            qkv, q_out, k_out, weights, pos, seq, qkv.stride(0), float(eps), float(math.log2(theta)),
+            NQ=num_q_heads, NK=num_kv_heads, NQP=triton.next_power_of_2(num_q_heads),
+            NKP=triton.next_power_of_2(num_kv_heads), BT=shape.per_program, HALF=d // 2, num_warps=shape.warps,
+        )
+    else:
+        _qk_norm_rope_kernel[(seq, triton.cdiv(heads, shape.per_program))](
+            qkv, q_out, k_out, weights, pos, qkv.stride(0), float(eps), float(math.log2(theta)),
+            NQ=num_q_heads, NK=num_kv_heads, HP=shape.per_program, HALF=d // 2, num_warps=shape.warps,
+        )
     return q_out, k_out
 
 
