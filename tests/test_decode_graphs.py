@@ -6,6 +6,7 @@ them); the policy (eager, capture, replay, start-up warming on every worker thre
 from __future__ import annotations
 
 import threading
+from itertools import pairwise
 
 import numpy as np
 import pytest
@@ -41,7 +42,15 @@ def test_cpu_codec_decodes_eagerly(model):
     assert np.array_equal(codec.decode(tokens), want)
 
 
-@pytest.mark.parametrize("frames", [1, 3, 13, 49, 101])
+def test_the_lowest_frames_of_a_bucket_are_one_more_than_the_bucket_below():
+    buckets = decode_graphs.BUCKETS
+    assert decode_graphs.lowest_frames(buckets[0]) == 1
+    for below, bucket in pairwise(buckets):
+        assert decode_graphs.lowest_frames(bucket) == below + 1
+        assert decode_graphs.bucket_for(below + 1) == bucket and decode_graphs.bucket_for(below) == below
+
+
+@pytest.mark.parametrize("frames", [1, 3, 5, 13, 49, 56, 101])
 def test_a_masked_bucket_decode_is_the_exact_length_decode(model, frames):
     tokenizer = model.audio_tokenizer
     graphs = decode_graphs.DecodeGraphs(lambda c: tokenizer.decode(c).audio_values, tokenizer.acoustic_decoder)
@@ -57,6 +66,9 @@ def test_a_masked_bucket_decode_is_the_exact_length_decode(model, frames):
             unmasked = tokenizer.decode(padded).audio_values[..., : exact.shape[-1]]
         assert masked.shape == exact.shape
         assert float((masked - exact).abs().max()) < 1e-5 * float(exact.abs().max()) + 1e-6
+        graphs.mask.in_place = False  # the whole input multiplied by the mask: the same bits
+        with torch.inference_mode():
+            assert torch.equal(graphs._masked(codes, bucket), masked)
         if bucket > frames:  # what the mask is for: plain padding changes the clip's last samples
             assert float((unmasked - exact).abs().max()) > 1e-3
     finally:
