@@ -9,6 +9,11 @@ float32 partials, summed by the norm). Also each half alone, the wide projection
 gate-up) split for comparison, and the largest difference of the split path's outputs from the
 engine's. The summary gives the best split per row count and what it saves a step (both
 projections, 28 layers).
+
+`python -m bench.split_k_sweep --norm-shapes --out shapes.json`: only the norm, at the
+engine's split of each small step's row count, by program shape (rows a program, warps):
+microseconds a call from a CUDA graph of 28 calls, and whether its output equals the
+default shape's bit for bit.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import json
 
 import torch
 
-from bench.sweeps import LAYERS, cuda_sweep_parser, per_layer_us, run_cuda_sweep
+from bench.sweeps import LAYERS, cuda_sweep_parser, per_call_us, per_layer_us, run_cuda_sweep
 
 HIDDEN, EPS = 1024, 1e-6
 NARROW = {"o": 2048, "down": 3072}  # inner dimension; 1024 output columns
@@ -105,10 +110,42 @@ def sweep() -> dict:
     return result
 
 
+NORM_ROWS = (135, 160, 272, 544, 800, 1024)
+NORM_SHAPES = ((1, 1), (1, 2), (1, 4), (1, 8), (2, 2), (2, 4), (2, 8), (4, 4), (4, 8), (8, 8))
+
+
+def norm_shapes() -> dict:
+    from server.engine.split_k import norm_shape, split_add_rmsnorm, splits_for
+
+    dev, dtype = torch.device("cuda"), torch.bfloat16
+    torch.manual_seed(0)
+    result: dict = {"rows": {}}
+    for rows in NORM_ROWS:
+        splits = splits_for(rows, tuple(NARROW.values()))
+        parts = torch.randn(splits, rows, HIDDEN, device=dev) / splits
+        residual = torch.randn(rows, HIDDEN, device=dev, dtype=dtype)
+        ln = (1 + 0.1 * torch.randn(HIDDEN, device=dev)).to(dtype)
+        base = split_add_rmsnorm(parts, residual.clone(), ln, EPS)
+        res, out = residual.clone(), torch.empty_like(residual)
+        row = {"splits": splits, "default": "{}x_w{}".format(*norm_shape(rows))}
+        for shape in NORM_SHAPES:
+            got = split_add_rmsnorm(parts, residual.clone(), ln, EPS, shape=shape)
+            row[f"{shape[0]}x_w{shape[1]}"] = {
+                "us": per_call_us(lambda shape=shape: split_add_rmsnorm(parts, res, ln, EPS, out=out, shape=shape)),
+                "bitwise_equal_to_default": bool(torch.equal(got, base))}
+        shapes = [key for key in row if key not in ("splits", "default")]
+        row["best"] = min(shapes, key=lambda key: row[key]["us"])
+        result["rows"][str(rows)] = row
+        print(rows, json.dumps(row), flush=True)
+    result["gpu"] = torch.cuda.get_device_name()
+    return result
+
+
 def main(argv=None) -> int:
     p = cuda_sweep_parser("bench.split_k_sweep", __doc__)
+    p.add_argument("--norm-shapes", action="store_true", help="sweep only the norm's program shapes")
     args = p.parse_args(argv)
-    return run_cuda_sweep(p.prog, sweep, args.out)
+    return run_cuda_sweep(p.prog, norm_shapes if args.norm_shapes else sweep, args.out)
 
 
 if __name__ == "__main__":

@@ -54,6 +54,16 @@ SCRIPT = textwrap.dedent("""
             ref_res = res.clone()
             TorchOps.fused_add_rmsnorm(h, ref_res, ln, 1e-6)
             assert float((got_res.float() - ref_res.float()).abs().max()) <= 2e-3 * float(ref_res.float().abs().max())
+    # any program shape (rows a program, warps): the same residual, the same norm to rounding
+    parts = m.split_linear(torch.randn(11, 96), torch.randn(40, 96) / 10, 2).contiguous()
+    res, ln = torch.randn(11, 40).to(torch.float16), (1 + torch.randn(40) / 10).to(torch.float16)
+    base_res = res.clone()
+    base = m.split_add_rmsnorm(parts, base_res, ln, 1e-6)
+    for shape in ((2, 1), (4, 2), (8, 8), (16, 4)):
+        got_res = res.clone()
+        got = m.split_add_rmsnorm(parts, got_res, ln, 1e-6, shape=shape)
+        assert torch.equal(got_res, base_res), shape
+        assert float((got.float() - base.float()).abs().max()) <= 2e-3 * float(base.float().abs().max()), shape
     # an empty step writes nothing
     assert m.split_add_rmsnorm(torch.zeros(2, 0, 40), torch.zeros(0, 40), torch.ones(40), 1e-6).shape == (0, 40)
     assert m.check("cpu", torch.float16, 64, 1e-6) < 2e-3

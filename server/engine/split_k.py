@@ -49,19 +49,19 @@ if triton is not None:
 
     @triton.jit
     def _split_add_rmsnorm_kernel(partials, residual, weight, out, rows, eps,
-                                  SPLITS: tl.constexpr, N: tl.constexpr, BLOCK: tl.constexpr):
-        row = tl.program_id(0).to(tl.int64)
-        cols = tl.arange(0, BLOCK)
-        ok = cols < N
+                                  SPLITS: tl.constexpr, N: tl.constexpr, BLOCK: tl.constexpr, ROWS: tl.constexpr):
+        row = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)[:, None]  # this program's rows
+        cols = tl.arange(0, BLOCK)[None, :]
+        ok = (cols < N) & (row < rows)
         acc = tl.load(partials + row * N + cols, mask=ok, other=0.0)
         for s in tl.static_range(1, SPLITS):  # slice by slice, always in this order
             acc += tl.load(partials + (s * rows + row) * N + cols, mask=ok, other=0.0)
         y = acc.to(out.dtype.element_ty).to(tl.float32)  # the projection's output, rounded
         x = y + tl.load(residual + row * N + cols, mask=ok, other=0.0).to(tl.float32)
         tl.store(residual + row * N + cols, x.to(residual.dtype.element_ty), mask=ok)
-        r = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / N + eps)
-        w = tl.load(weight + cols, mask=ok, other=0.0).to(tl.float32)
-        tl.store(out + row * N + cols, (x * r * w).to(out.dtype.element_ty), mask=ok)
+        r = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / N + eps)
+        w = tl.load(weight + cols, mask=cols < N, other=0.0).to(tl.float32)
+        tl.store(out + row * N + cols, (x * r[:, None] * w).to(out.dtype.element_ty), mask=ok)
 
 
 def available(device: torch.device | None = None) -> bool:
@@ -86,19 +86,30 @@ def split_linear(x: torch.Tensor, weight: torch.Tensor, splits: int) -> torch.Te
     return torch.bmm(xs.float(), ws.float())  # CPU: the same products, for the tests
 
 
+def norm_shape(rows: int) -> tuple[int, int]:
+    """(rows a program, warps) of the norm for a `rows`-row step, measured on an H200
+    (`python -m bench.split_k_sweep --norm-shapes`, us a call in a CUDA graph): a row a program
+    throughout; eight warps where the step is split in four (135 rows: 2.12 against 2.30 on
+    four), four above (544 rows: 2.56 either way)."""
+    return (1, 8) if rows <= SPLITS_BY_ROWS[0][0] else (1, 4)
+
+
 def split_add_rmsnorm(partials: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
-                      out: torch.Tensor | None = None) -> torch.Tensor:
+                      out: torch.Tensor | None = None, *, shape: tuple[int, int] | None = None) -> torch.Tensor:
     """`residual += sum(partials)` (the sum rounded to the residual's dtype first), then
     `out = rmsnorm(residual) * weight` from the unrounded float32 sum, as FlashInfer's
-    `fused_add_rmsnorm` normalises; returns `out` (new unless given)."""
+    `fused_add_rmsnorm` normalises; returns `out` (new unless given). `shape`: (rows a
+    program, warps), `norm_shape(rows)` by default."""
     splits, rows, n = partials.shape
     if out is None:
         out = residual.new_empty(rows, n)
     if rows == 0:
         return out
     assert partials.is_contiguous() and residual.is_contiguous() and out.is_contiguous()
-    _split_add_rmsnorm_kernel[(rows,)](partials, residual, weight, out, rows, float(eps),
-                                       SPLITS=splits, N=n, BLOCK=triton.next_power_of_2(n), num_warps=4)
+    per_program, warps = shape or norm_shape(rows)
+    _split_add_rmsnorm_kernel[(triton.cdiv(rows, per_program),)](
+        partials, residual, weight, out, rows, float(eps), SPLITS=splits, N=n, BLOCK=triton.next_power_of_2(n),
+        ROWS=per_program, num_warps=warps)
     return out
 
 
