@@ -75,8 +75,11 @@ def available(device: torch.device | str | None = None) -> bool:
     return triton is not None and (device is None or torch.device(device).type == "cuda" or _INTERPRET)
 
 
-def cfg_scores(logits: torch.Tensor, n_cond: int, scale: torch.Tensor, mask_id: int
-               ) -> tuple[torch.Tensor, torch.Tensor]:
+NUM_WARPS = 4
+
+
+def cfg_scores(logits: torch.Tensor, n_cond: int, scale: torch.Tensor, mask_id: int, *,
+               num_warps: int = NUM_WARPS) -> tuple[torch.Tensor, torch.Tensor]:
     """logits (2 n_cond, C, V) half (conditional rows, then each one's unconditional row in
     the same order), scale (n_cond,) float32 -> confidence (n_cond, C) float32 and
     predicted (n_cond, C) int64, as `reference` computes them."""
@@ -87,7 +90,7 @@ def cfg_scores(logits: torch.Tensor, n_cond: int, scale: torch.Tensor, mask_id: 
     if n_cond:
         _cfg_scores_kernel[(n_cond * c,)](
             logits, scale.reshape(-1).float().contiguous(), confidence, predicted, n_cond * c, v, mask_id, C=c,
-            BLOCK=triton.next_power_of_2(v), INTERPRET=_INTERPRET, num_warps=4,
+            BLOCK=triton.next_power_of_2(v), INTERPRET=_INTERPRET, num_warps=num_warps,
             enable_fp_fusion=False,
         )
     return confidence, predicted

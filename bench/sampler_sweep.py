@@ -1,0 +1,52 @@
+"""The sampler's CFG scoring kernel by warps a program, from CUDA graphs (CUDA).
+
+`python -m bench.sampler_sweep --out sampler.json`: `server/engine/cfg_scores.py`'s kernel on
+random bf16 logits of the full-size model's head (8 codebooks of 1025) at the conditional
+target rows of a fast-start chunk (50), a lone 10 s line (250), eight lines (2000) and the 256
+mix's step (16000), at each `num_warps`: microseconds a call (28 calls in one graph), and
+whether its confidences and ids equal the default's bit for bit.
+"""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from bench.sweeps import cuda_sweep_parser, per_call_us, run_cuda_sweep
+
+CODEBOOKS, VOCAB, MASK_ID = 8, 1025, 1024
+ROWS = (50, 250, 2000, 16000)
+WARPS = (1, 2, 4, 8, 16)
+
+
+def sweep() -> dict:
+    from server.engine.cfg_scores import NUM_WARPS, cfg_scores
+
+    torch.manual_seed(0)
+    result: dict = {"default_warps": NUM_WARPS, "rows": {}}
+    for rows in ROWS:
+        logits = (torch.randn(2 * rows, CODEBOOKS, VOCAB, device="cuda") * 4).to(torch.bfloat16)
+        scale = torch.full((rows,), 2.0, device="cuda")
+        base = cfg_scores(logits, rows, scale, MASK_ID)
+        row = {}
+        for warps in WARPS:
+            got = cfg_scores(logits, rows, scale, MASK_ID, num_warps=warps)
+            row[f"w{warps}"] = {
+                "us": per_call_us(lambda warps=warps: cfg_scores(logits, rows, scale, MASK_ID, num_warps=warps)),
+                "bitwise_equal_to_default": bool(torch.equal(got[0], base[0]) and torch.equal(got[1], base[1]))}
+        row["best"] = min((key for key in row), key=lambda key: row[key]["us"])
+        result["rows"][str(rows)] = row
+        print(rows, json.dumps(row), flush=True)
+    result["gpu"] = torch.cuda.get_device_name()
+    return result
+
+
+def main(argv=None) -> int:
+    p = cuda_sweep_parser("bench.sampler_sweep", __doc__)
+    args = p.parse_args(argv)
+    return run_cuda_sweep(p.prog, sweep, args.out)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
