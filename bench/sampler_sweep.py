@@ -35,7 +35,7 @@ def sweep() -> dict:
             row[f"w{warps}"] = {
                 "us": per_call_us(lambda warps=warps: cfg_scores(logits, rows, scale, MASK_ID, num_warps=warps)),
                 "bitwise_equal_to_default": bool(torch.equal(got[0], base[0]) and torch.equal(got[1], base[1]))}
-        row["best"] = min((key for key in row), key=lambda key: row[key]["us"])
+        row["best"] = min(row, key=lambda key: row[key]["us"])
         result["rows"][str(rows)] = row
         print(rows, json.dumps(row), flush=True)
     result["gpu"] = torch.cuda.get_device_name()

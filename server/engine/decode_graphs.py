@@ -81,11 +81,11 @@ class LengthMask:
     Only the positions that can lie past a clip's end are touched: a clip decoded at a
     bucket has more frames than the bucket below it (`lowest`), so the input is zeroed in
     place from k x `lowest` on where the clip has ended (at most an eighth of it from 48
-    frames on), instead of multiplied whole by a mask. In place is safe: values past the clip's end matter only
-    through a convolution's window, and every convolution's input is cut here. (`in_place`
-    False multiplies the whole input into a new tensor, as before: the yardstick of the
-    tests.) Each distinct input length's mask is made once per decode (33 convolutions, 6
-    lengths)."""
+    frames on), instead of multiplied whole by a mask into a new tensor. In place is safe:
+    values past the clip's end matter only through a convolution's window, and every
+    convolution's input is cut here. (`in_place` False multiplies, as before: the tests'
+    yardstick.) Each distinct input length's mask is made once per decode (33
+    convolutions, 6 lengths)."""
 
     def __init__(self, decoder: nn.Module, in_place: bool = True):
         # per thread: the clip being decoded, and position indices made on that thread's stream

@@ -162,7 +162,7 @@ def qk_norm_rope(qkv: torch.Tensor, weights: torch.Tensor, pos: torch.Tensor, nu
                  shape: ProgramShape | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """qkv (S, Hq + 2 Hkv, D) (last dim contiguous), weights (2, D) = [q_norm; k_norm],
     pos (S,) -> q (S, Hq, D), k (S, Hkv, D), normalised and rotated, by programs of `shape`
-    (default: `program_shape`); every head's arithmetic is the same whatever the shape."""
+    (default: `program_shape`); a head's bits are the same whatever the shape of a layout."""
     seq, _, d = qkv.shape
     if q_out is None:
         q_out = qkv.new_empty(seq, num_q_heads, d)
