@@ -334,6 +334,10 @@ def main(argv: list[str] | None = None) -> int:
         specs = plain_mix(args.requests, args.seed)
         run.scenario("engine_single", ("engine", "single_10s"), lambda: eb.single(engine))
         run.scenario("timeline", ("diagnostics", "timeline"), lambda: timeline.run(engine))
+        if "profile" in run.wanted:
+            from bench import diagnose as dg
+
+            run.scenario("profile", ("diagnostics", "request_profile"), lambda: dg.profile_requests(engine))
         run.scenario("finite_check", ("diagnostics", "finite_check"), lambda: _finite_runs(engine, model, specs))
         thr = run.scenario("engine_throughput", ("engine", "throughput_256"), lambda: eb.run_mix(engine, specs))
         run.scenario("long", ("engine", "long_60s"), lambda: eb.long_text(engine))

@@ -4,7 +4,8 @@
   non-finite rows and, when it finds some, recomputes the same canvas every other way
   (the same path again, eager, the reference modules with torch attention, the reference
   forward, the culprit item alone) so the record says whose numbers went bad.
-- `profile_forward` groups the CUDA kernels of a packed forward by kind.
+- `profile_forward` groups the CUDA kernels of a packed forward by kind; `profile_requests`
+  those of whole lone requests (steps, head, sampler, decode) as the engine runs them.
 - `profile_decode` says where a chunk's codec decode goes: wall time against kernel time and
   launches, and the operators that cost the host most (a lone line's first audio waits for it).
 - `reference_self_agreement` is the yardstick for token agreement: the reference's tokens
@@ -107,6 +108,9 @@ class FiniteCheck:
 def _kind(name: str) -> str:
     n = name.lower()
     for kind, keys in (
+        # a whole request's: the sampler's kernels and the codec's (convolutions, transposes, Snake)
+        ("sampler", ("cfg_scores", "position_keys", "topk", "sortkv", "bitonicsort")),
+        ("decode", ("snake", "fprop", "dgrad", "nchwtonhwc", "nhwctonchw", "cudnn")),
         ("qk_norm_rope", ("qk_norm_rope",)),
         ("attention", ("prefillwith", "batchprefill", "fmha", "flash_fwd", "attention")),
         ("rope", ("rotary", "rope")),
@@ -160,6 +164,65 @@ def profile_forward(backbone, canvas, iters: int = 5) -> dict:
         "top_kernels": [{"ms_per_forward": round(t / iters / 1e3, 3), "calls_per_forward": c // iters,
                          "us_per_call": round(t / max(c, 1), 2), "name": n} for t, n, c in kernels[:12]],
     }
+
+
+def kernel_table(averages, runs: int, top: int = 40) -> dict:
+    """A profiler's `key_averages()` as GPU time per run: in total, by kind, and the `top`
+    kernels by name (calls and microseconds a run, microseconds a call)."""
+    rows = []
+    for evt in averages:
+        t = getattr(evt, "device_time_total", None) or getattr(evt, "cuda_time_total", 0) or 0
+        if t > 0:
+            rows.append((t / runs, evt.count / runs, evt.key[:120]))
+    rows.sort(reverse=True)
+    by_kind: dict[str, float] = defaultdict(float)
+    for t, _, name in rows:
+        by_kind[_kind(name)] += t
+    return {
+        "gpu_ms": round(sum(t for t, _, _ in rows) / 1e3, 3),
+        "launches": round(sum(c for _, c, _ in rows)),
+        "ms_by_kind": {k: round(v / 1e3, 3) for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])},
+        "top_kernels": [{"us": round(t, 1), "calls": round(c, 1), "us_per_call": round(t / max(c, 1e-9), 2),
+                         "name": name} for t, c, name in rows[:top]],
+    }
+
+
+def profile_requests(engine, runs: int = 3, warmup: int = 2, seed: int = 0) -> dict:
+    """Every CUDA kernel of whole lone requests by name and kind, per request: a 10 s line and
+    a 2 s one (a fast-start first chunk's size), each alone on the engine. Beside
+    `profile_forward` this shows what a step costs beyond its forward (the head, the sampler,
+    the canvas's copies) and where a chunk's decode goes, as the engine runs them."""
+    import random
+
+    from torch.profiler import ProfilerActivity, profile
+
+    from bench.mixes import make_text
+    from bench.timeline import Timeline
+    from server.engine.types import GenerationOptions, SynthesisRequest
+
+    if engine.device.type != "cuda":
+        return {"skipped": "needs CUDA"}
+    timeline = Timeline(engine)  # its run_one waits for each request to end
+    out: dict = {}
+    try:
+        for seconds in (10.0, 2.0):
+            text = make_text(random.Random(seed + 3), seconds)
+
+            def request(i, seconds=seconds, text=text):
+                return SynthesisRequest(f"profile-{seconds:g}s-{i}", text, progress=False,
+                                        options=GenerationOptions(duration=seconds))
+
+            for i in range(warmup):
+                timeline.run_one(request(i))
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for i in range(runs):
+                    timeline.run_one(request(warmup + i))
+                torch.cuda.synchronize()
+            out[f"line_{seconds:g}s"] = kernel_table(prof.key_averages(), runs)
+    finally:
+        timeline.restore()
+    return out
 
 
 def profile_decode(codec, seconds: float = 10.0, iters: int = 5, seed: int = 0) -> dict:

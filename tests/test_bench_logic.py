@@ -133,3 +133,31 @@ def test_decode_profile_counts_the_codecs_operators(model):
     calls = {op["name"]: op["calls"] for op in result["top_host_operators"]}
     assert calls.get("aten::conv1d", 0) + calls.get("aten::conv_transpose1d", 0) == 37
     assert result["host_operators"] >= 37
+
+
+def test_a_request_profiles_kernels_are_tabled_per_run_by_kind():
+    """`profile_requests`' table, from profiler averages: GPU time and launches a run, by kind
+    (the sampler's and the codec's kernels apart from the forward's), the largest first."""
+    from types import SimpleNamespace
+
+    from bench.diagnose import kernel_table
+
+    events = [SimpleNamespace(key=key, count=count, device_time_total=us) for key, count, us in (
+        ("nvjet_sm90_tst_128x144_64x6_2x1_v_bz_TNT", 96, 900.0),
+        ("_cfg_scores_kernel", 96, 1700.0),
+        ("void at::native::sbtopk::gatherTopK<float>", 96, 1200.0),
+        ("_snake_kernel", 108, 800.0),
+        ("sm80_xmma_fprop_implicit_gemm_tf32f32", 12, 940.0),
+        ("_qk_norm_rope_kernel", 96, 300.0),
+        ("Memcpy DtoH (Device -> Pinned)", 3, 0.0),  # no device time: left out
+    )]
+    table = kernel_table(events, runs=3, top=3)
+    assert table["gpu_ms"] == round(5840.0 / 3 / 1e3, 3)
+    assert table["launches"] == round((96 * 4 + 108 + 12) / 3)
+    assert table["ms_by_kind"] == {"sampler": round(2900 / 3 / 1e3, 3), "decode": round(1740 / 3 / 1e3, 3),
+                                   "gemm": 0.3, "qk_norm_rope": 0.1}
+    assert [k["name"] for k in table["top_kernels"]] == ["_cfg_scores_kernel",
+                                                         "void at::native::sbtopk::gatherTopK<float>",
+                                                         "sm80_xmma_fprop_implicit_gemm_tf32f32"]
+    assert table["top_kernels"][0] == {"us": round(1700 / 3, 1), "calls": 32.0, "us_per_call": round(1700 / 96, 2),
+                                       "name": "_cfg_scores_kernel"}
