@@ -11,8 +11,8 @@ Two layouts cut the work into programs (`ProgramShape`, chosen per step size by
 `program_shape`): `heads`, a group of one token's heads a program, which small steps run
 fastest; and `tokens`, a few tokens a program with their q heads as one tile and their k
 heads as another and the rotation's cos and sin made once per token, which large steps
-run fastest. Within a layout a head's bits never depend on how many heads or tokens its
-program takes; the two layouts may differ in the last bit (the norm's sum order).
+run fastest. The `heads` layout's shapes give the same bits (measured on an H200); the
+`tokens` layout's may differ from them in the last bit (the norm's sum order).
 
 `available()` says whether Triton and a CUDA device are there; `check()` compares the
 kernel with the unfused arithmetic on random data, and the backbone uses the kernel only
@@ -162,7 +162,8 @@ def qk_norm_rope(qkv: torch.Tensor, weights: torch.Tensor, pos: torch.Tensor, nu
                  shape: ProgramShape | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """qkv (S, Hq + 2 Hkv, D) (last dim contiguous), weights (2, D) = [q_norm; k_norm],
     pos (S,) -> q (S, Hq, D), k (S, Hkv, D), normalised and rotated, by programs of `shape`
-    (default: `program_shape`); a head's bits are the same whatever the shape of a layout."""
+    (default: `program_shape`); the arithmetic is the same whatever the shape, up to the
+    order of the norm's sum."""
     seq, _, d = qkv.shape
     if q_out is None:
         q_out = qkv.new_empty(seq, num_q_heads, d)
