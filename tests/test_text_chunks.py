@@ -42,14 +42,15 @@ ALPHABET = (sorted(SPLIT_PUNCTUATION | CLOSING_MARKS) + list("abcXYZ 你好…")
 
 
 def _same(text: str, chunk_len: int, min_chunk_len: int | None) -> None:
-    assert chunk_text_punctuation(text, chunk_len, min_chunk_len) == reference_chunks(text, chunk_len, min_chunk_len)
+    got = chunk_text_punctuation(text, chunk_len, min_chunk_len)
+    assert got == reference_chunks(text, chunk_len, min_chunk_len), (chunk_len, min_chunk_len)
 
 
 @pytest.mark.parametrize("text", CURATED)
-@pytest.mark.parametrize("chunk_len", [0, 1, 3, 10, 40, 200, 10_000])
-@pytest.mark.parametrize("min_chunk_len", [None, 0, 1, 3, 12])
-def test_curated_texts_chunk_as_the_reference_does(text, chunk_len, min_chunk_len):
-    _same(text, chunk_len, min_chunk_len)
+def test_curated_texts_chunk_as_the_reference_does(text):
+    for chunk_len in (0, 1, 3, 10, 40, 200, 10_000):
+        for min_chunk_len in (None, 0, 1, 3, 12):
+            _same(text, chunk_len, min_chunk_len)
 
 
 def test_the_bench_paragraphs_chunk_as_the_reference_does():
