@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from bench.sweeps import cuda_sweep_parser, per_call_us, run_cuda_sweep
+from bench.sweeps import cuda_sweep_parser, run_cuda_sweep, variant_timings
 
 Q_HEADS, KV_HEADS, HEAD_DIM = 16, 8, 128
 ROWS = (135, 544, 1605, 4296, 8561, 34256)
@@ -47,14 +47,14 @@ def sweep(rows: tuple[int, ...] = ROWS) -> dict:
         default = program_shape(m, Q_HEADS + KV_HEADS)
         base_q, base_k = (t.clone() for t in qk_norm_rope(*args, shape=default))
         moved = 2 * m * (Q_HEADS + KV_HEADS) * HEAD_DIM * 2  # q and k read and written, bf16
-        results = {}
-        for shape in _shapes():
-            qk_norm_rope(*args, shape=shape)
-            same = bool(torch.equal(q, base_q) and torch.equal(k, base_k))
-            us = per_call_us(lambda shape=shape: qk_norm_rope(*args, shape=shape))
-            results[f"{shape.layout}_{shape.per_program}_w{shape.warps}"] = {
-                "us": us, "tb_per_s": round(moved / us / 1e6, 2), "bitwise_equal_to_default": same}
-        best = min(results, key=lambda name: results[name]["us"])
+        results = variant_timings(
+            {f"{shape.layout}_{shape.per_program}_w{shape.warps}": shape for shape in _shapes()},
+            lambda shape, args=args: qk_norm_rope(*args, shape=shape),
+            lambda shape, args=args, base=(base_q, base_k): all(map(torch.equal, qk_norm_rope(*args, shape=shape),
+                                                                     base)))
+        best = results.pop("best")
+        for result in results.values():
+            result["tb_per_s"] = round(moved / result["us"] / 1e6, 2)
         out["rows"][str(m)] = {"default": f"{default.layout}_{default.per_program}_w{default.warps}",
                                "best": best, "shapes": results}
         print(m, out["rows"][str(m)]["default"], "->", best, results[best]["us"], "us", flush=True)

@@ -13,7 +13,7 @@ import json
 
 import torch
 
-from bench.sweeps import cuda_sweep_parser, per_call_us, run_cuda_sweep
+from bench.sweeps import cuda_sweep_parser, run_cuda_sweep, variant_timings
 
 CODEBOOKS, VOCAB, MASK_ID = 8, 1025, 1024
 ROWS = (50, 250, 2000, 16000)
@@ -29,13 +29,12 @@ def sweep() -> dict:
         logits = (torch.randn(2 * rows, CODEBOOKS, VOCAB, device="cuda") * 4).to(torch.bfloat16)
         scale = torch.full((rows,), 2.0, device="cuda")
         base = cfg_scores(logits, rows, scale, MASK_ID)
-        row = {}
-        for warps in WARPS:
-            got = cfg_scores(logits, rows, scale, MASK_ID, num_warps=warps)
-            row[f"w{warps}"] = {
-                "us": per_call_us(lambda warps=warps: cfg_scores(logits, rows, scale, MASK_ID, num_warps=warps)),
-                "bitwise_equal_to_default": bool(torch.equal(got[0], base[0]) and torch.equal(got[1], base[1]))}
-        row["best"] = min(row, key=lambda key: row[key]["us"])
+
+        def scores(warps, logits=logits, rows=rows, scale=scale):
+            return cfg_scores(logits, rows, scale, MASK_ID, num_warps=warps)
+
+        row = variant_timings({f"w{warps}": warps for warps in WARPS}, scores,
+                              lambda warps, base=base: all(map(torch.equal, scores(warps), base)))
         result["rows"][str(rows)] = row
         print(rows, json.dumps(row), flush=True)
     result["gpu"] = torch.cuda.get_device_name()

@@ -22,7 +22,7 @@ import json
 
 import torch
 
-from bench.sweeps import LAYERS, cuda_sweep_parser, per_call_us, per_layer_us, run_cuda_sweep
+from bench.sweeps import LAYERS, cuda_sweep_parser, per_layer_us, run_cuda_sweep, variant_timings
 
 HIDDEN, EPS = 1024, 1e-6
 NARROW = {"o": 2048, "down": 3072}  # inner dimension; 1024 output columns
@@ -128,13 +128,12 @@ def norm_shapes() -> dict:
         base = split_add_rmsnorm(parts, residual.clone(), ln, EPS)
         res, out = residual.clone(), torch.empty_like(residual)
         row = {"splits": splits, "default": "{}x_w{}".format(*norm_shape(rows))}
-        for shape in NORM_SHAPES:
-            got = split_add_rmsnorm(parts, residual.clone(), ln, EPS, shape=shape)
-            row[f"{shape[0]}x_w{shape[1]}"] = {
-                "us": per_call_us(lambda shape=shape: split_add_rmsnorm(parts, res, ln, EPS, out=out, shape=shape)),
-                "bitwise_equal_to_default": bool(torch.equal(got, base))}
-        shapes = [key for key in row if key not in ("splits", "default")]
-        row["best"] = min(shapes, key=lambda key: row[key]["us"])
+        row.update(variant_timings(
+            {f"{per_program}x_w{warps}": (per_program, warps) for per_program, warps in NORM_SHAPES},
+            lambda shape, parts=parts, res=res, ln=ln, out=out: split_add_rmsnorm(parts, res, ln, EPS, out=out,
+                                                                                  shape=shape),
+            lambda shape, parts=parts, residual=residual, ln=ln, base=base: torch.equal(
+                split_add_rmsnorm(parts, residual.clone(), ln, EPS, shape=shape), base)))
         result["rows"][str(rows)] = row
         print(rows, json.dumps(row), flush=True)
     result["gpu"] = torch.cuda.get_device_name()

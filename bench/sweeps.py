@@ -1,6 +1,6 @@
-"""What the kernel sweeps share: a call's time from a CUDA graph of many calls, and their
-command line (its start: a parser with `--out`; its end: refuse a machine without CUDA, run,
-write the JSON)."""
+"""What the kernel sweeps share: a call's time from a CUDA graph of many calls, a row of
+variants timed and checked against the default, and their command line (its start: a parser
+with `--out`; its end: refuse a machine without CUDA, run, write the JSON)."""
 
 from __future__ import annotations
 
@@ -37,6 +37,17 @@ def per_call_us(fn, reps: int = 28, iters: int = 30) -> float:
         end.synchronize()
         times.append(start.elapsed_time(end) * 1000 / reps)
     return round(statistics.median(times), 2)
+
+
+def variant_timings(variants: dict[str, object], call: Callable[[object], object],
+                    same_as_default: Callable[[object], bool], timer: Callable = per_call_us) -> dict:
+    """A sweep's row: for each labelled variant (a kernel's program shape, its warps, ...) the
+    microseconds a call of `call(variant)` takes (`timer`) and whether `same_as_default(variant)`
+    says its output equals the default's bit for bit; `best`, the fastest label."""
+    row: dict = {label: {"us": timer(lambda v=v: call(v)), "bitwise_equal_to_default": bool(same_as_default(v))}
+                 for label, v in variants.items()}
+    row["best"] = min(variants, key=lambda label: row[label]["us"])
+    return row
 
 
 LAYERS = 28  # the full-size model's layers: a sweep's calls each read their own weights

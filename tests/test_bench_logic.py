@@ -161,3 +161,21 @@ def test_a_request_profiles_kernels_are_tabled_per_run_by_kind():
                                                          "sm80_xmma_fprop_implicit_gemm_tf32f32"]
     assert table["top_kernels"][0] == {"us": round(1700 / 3, 1), "calls": 32.0, "us_per_call": round(1700 / 96, 2),
                                        "name": "_cfg_scores_kernel"}
+
+
+def test_a_sweep_row_times_each_variant_and_checks_it_against_the_default():
+    """`variant_timings`, with a stand-in for the CUDA-graph timer: each label's time and bit
+    equality, and the fastest label as `best`."""
+    from bench.sweeps import variant_timings
+
+    calls = []
+
+    def timer(fn):
+        fn()
+        return {1: 3.0, 2: 1.5, 4: 2.0}[calls[-1]]
+
+    row = variant_timings({"w1": 1, "w2": 2, "w4": 4}, calls.append, lambda warps: warps != 2, timer=timer)
+    assert row == {"w1": {"us": 3.0, "bitwise_equal_to_default": True},
+                   "w2": {"us": 1.5, "bitwise_equal_to_default": False},
+                   "w4": {"us": 2.0, "bitwise_equal_to_default": True}, "best": "w2"}
+    assert calls == [1, 2, 4]
