@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 
 import torch
+
+from bench.forward import cuda_ms
 
 FRAMES = (50, 250, 375)
 
@@ -41,19 +42,9 @@ def run(checkpoint: str) -> dict:
         times = {}
         with torch.cuda.stream(stream), torch.inference_mode():
             for f, codes in clips.items():
-                for _ in range(3):  # eager, capture, replay
-                    graphs.decode(codes)
-                stream.synchronize()
-                ms = []
-                for _ in range(20):
-                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    start.record(stream)
-                    got = graphs.decode(codes)
-                    end.record(stream)
-                    end.synchronize()
-                    ms.append(start.elapsed_time(end))
-                times[f] = round(statistics.median(ms), 3)
-                audio[(in_place, f)] = got.float().cpu().clone()
+                # three warm-up calls (eager, capture, replay), then 20 timed replays
+                times[f] = round(cuda_ms(lambda codes=codes: graphs.decode(codes), warmup=3, iters=20)["median"], 3)
+                audio[(in_place, f)] = graphs.decode(codes).float().cpu().clone()
         for handle in graphs.mask.handles:
             handle.remove()
         out["in_place" if in_place else "multiply"] = times
