@@ -39,6 +39,18 @@ except Exception:  # noqa: BLE001
 if triton is not None:
 
     @triton.jit
+    def rotation(p, log2_theta, HALF: tl.constexpr):
+        """cos and sin of the rotate-half angles `p * theta ** (-i / HALF)`, i < HALF, for
+        positions `p` (a scalar or (R, 1), float32): (1 or R, HALF) each."""
+        d = tl.arange(0, HALF)[None, :]
+        inv_freq = tl.exp2(-(d.to(tl.float32) / HALF) * log2_theta)
+        ang = p * inv_freq
+        # range-reduce so the fast sin/cos stay accurate for long documents
+        two_pi = 6.283185307179586
+        ang = ang - two_pi * tl.floor(ang / two_pi + 0.5)
+        return tl.cos(ang), tl.sin(ang)
+
+    @triton.jit
     def norm_rope_halves(x1, x2, w1, w2, p, eps, log2_theta, HALF: tl.constexpr):
         """Rows of heads as their two float32 halves (R, HALF), RMS-normalised over the whole
         head, scaled by the norm weight's halves `w1`, `w2` and rotated (rotate-half) by the
@@ -48,14 +60,7 @@ if triton is not None:
         r = (1.0 / tl.sqrt(ms + eps))[:, None]
         n1 = x1 * r * w1
         n2 = x2 * r * w2
-        d = tl.arange(0, HALF)[None, :]
-        inv_freq = tl.exp2(-(d.to(tl.float32) / HALF) * log2_theta)
-        ang = p * inv_freq
-        # range-reduce so the fast sin/cos stay accurate for long documents
-        two_pi = 6.283185307179586
-        ang = ang - two_pi * tl.floor(ang / two_pi + 0.5)
-        c = tl.cos(ang)
-        s = tl.sin(ang)
+        c, s = rotation(p, log2_theta, HALF)
         return n1 * c - n2 * s, n2 * c + n1 * s
 
     @triton.jit
@@ -114,13 +119,8 @@ if triton is not None:
         t = tl.program_id(0).to(tl.int64) * BT + tl.arange(0, BT)
         t_ok = t < seq
         p = tl.load(pos + t, mask=t_ok, other=0).to(tl.float32)[:, None]
-        d = tl.arange(0, HALF)[None, :]
-        ang = p * tl.exp2(-(d.to(tl.float32) / HALF) * log2_theta)
-        # range-reduce so the fast sin/cos stay accurate for long documents (as norm_rope_halves)
-        two_pi = 6.283185307179586
-        ang = ang - two_pi * tl.floor(ang / two_pi + 0.5)
-        c = tl.cos(ang)[:, None, :]
-        s = tl.sin(ang)[:, None, :]
+        c, s = rotation(p, log2_theta, HALF)
+        c, s = c[:, None, :], s[:, None, :]
         _norm_rotate_heads(qkv, q_out, w, t, t_ok, c, s, stride_tok, eps, 0, NQ, NQP, HALF)
         _norm_rotate_heads(qkv, k_out, w + 2 * HALF, t, t_ok, c, s, stride_tok, eps, NQ, NK, NKP, HALF)
 
