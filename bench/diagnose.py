@@ -124,6 +124,20 @@ def _kind(name: str) -> str:
     return "other"
 
 
+def _device_kernels(averages) -> tuple[list[tuple[float, str, int]], dict[str, float]]:
+    """The kernels with device time in a profiler's `key_averages()`: (total us, name, calls),
+    largest first, and their total us by kind."""
+    kernels: list[tuple[float, str, int]] = []
+    by_kind: dict[str, float] = defaultdict(float)
+    for evt in averages:
+        t = getattr(evt, "device_time_total", None) or getattr(evt, "cuda_time_total", 0) or 0
+        if t > 0:
+            by_kind[_kind(evt.key)] += t
+            kernels.append((t, evt.key[:120], evt.count))
+    kernels.sort(reverse=True)
+    return kernels, by_kind
+
+
 def profile_forward(backbone, canvas, iters: int = 5) -> dict:
     """Kernels of the backbone's forward (replayed graph or eager) by kind and by name, with
     the forward's wall time beside them: kernel time close to the wall time says the forward
@@ -144,16 +158,8 @@ def profile_forward(backbone, canvas, iters: int = 5) -> dict:
         for _ in range(iters):
             backbone(canvas)
         torch.cuda.synchronize()
-    by_kind: dict[str, float] = defaultdict(float)
-    kernels = []
-    for evt in prof.key_averages():
-        t = getattr(evt, "device_time_total", None) or getattr(evt, "cuda_time_total", 0) or 0
-        if t <= 0:
-            continue
-        by_kind[_kind(evt.key)] += t
-        kernels.append((t, evt.key[:120], evt.count))
+    kernels, by_kind = _device_kernels(prof.key_averages())
     total = sum(by_kind.values()) or 1.0
-    kernels.sort(reverse=True)
     return {
         "tokens": canvas.total_len,
         "wall_ms_per_forward": round(wall_ms, 3),
@@ -169,21 +175,13 @@ def profile_forward(backbone, canvas, iters: int = 5) -> dict:
 def kernel_table(averages, runs: int, top: int = 40) -> dict:
     """A profiler's `key_averages()` as GPU time per run: in total, by kind, and the `top`
     kernels by name (calls and microseconds a run, microseconds a call)."""
-    rows = []
-    for evt in averages:
-        t = getattr(evt, "device_time_total", None) or getattr(evt, "cuda_time_total", 0) or 0
-        if t > 0:
-            rows.append((t / runs, evt.count / runs, evt.key[:120]))
-    rows.sort(reverse=True)
-    by_kind: dict[str, float] = defaultdict(float)
-    for t, _, name in rows:
-        by_kind[_kind(name)] += t
+    kernels, by_kind = _device_kernels(averages)
     return {
-        "gpu_ms": round(sum(t for t, _, _ in rows) / 1e3, 3),
-        "launches": round(sum(c for _, c, _ in rows)),
-        "ms_by_kind": {k: round(v / 1e3, 3) for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])},
-        "top_kernels": [{"us": round(t, 1), "calls": round(c, 1), "us_per_call": round(t / max(c, 1e-9), 2),
-                         "name": name} for t, c, name in rows[:top]],
+        "gpu_ms": round(sum(t for t, _, _ in kernels) / runs / 1e3, 3),
+        "launches": round(sum(c for _, _, c in kernels) / runs),
+        "ms_by_kind": {k: round(v / runs / 1e3, 3) for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])},
+        "top_kernels": [{"us": round(t / runs, 1), "calls": round(c / runs, 1), "us_per_call": round(t / max(c, 1), 2),
+                         "name": name} for t, name, c in kernels[:top]],
     }
 
 
