@@ -1,10 +1,12 @@
-"""The sampler's CFG scoring kernel by warps a program, from CUDA graphs (CUDA).
+"""The sampler's CFG scoring kernel by block shape and warps a program, from CUDA graphs (CUDA).
 
 `python -m bench.sampler_sweep --out sampler.json`: `server/engine/cfg_scores.py`'s kernel on
 random bf16 logits of the full-size model's head (8 codebooks of 1025) at the conditional
 target rows of a fast-start chunk (50), a lone 10 s line (250), eight lines (2000) and the 256
-mix's step (16000), at each `num_warps`: microseconds a call (28 calls in one graph), and
-whether its confidences and ids equal the default's bit for bit.
+mix's step (16000), with each row as a head block and a tail (`split`: 1024 + 1 lanes) or as
+one block of 2048 lanes (`whole`, the kernel's earlier shape), at each `num_warps`: microseconds
+a call (28 calls in one graph), and whether its confidences and ids equal the default's bit for
+bit.
 """
 
 from __future__ import annotations
@@ -30,11 +32,13 @@ def sweep() -> dict:
         scale = torch.full((rows,), 2.0, device="cuda")
         base = cfg_scores(logits, rows, scale, MASK_ID)
 
-        def scores(warps, logits=logits, rows=rows, scale=scale):
-            return cfg_scores(logits, rows, scale, MASK_ID, num_warps=warps)
+        def scores(shape, logits=logits, rows=rows, scale=scale):
+            split, warps = shape
+            return cfg_scores(logits, rows, scale, MASK_ID, num_warps=warps, split=split)
 
-        row = variant_timings({f"w{warps}": warps for warps in WARPS}, scores,
-                              lambda warps, base=base: all(map(torch.equal, scores(warps), base)))
+        variants = {f"{'split' if split else 'whole'}_w{warps}": (split, warps)
+                    for split in (True, False) for warps in WARPS}
+        row = variant_timings(variants, scores, lambda shape, base=base: all(map(torch.equal, scores(shape), base)))
         result["rows"][str(rows)] = row
         print(rows, json.dumps(row), flush=True)
     result["gpu"] = torch.cuda.get_device_name()

@@ -22,6 +22,27 @@ SCRIPT = textwrap.dedent("""
         result = cs.check("cpu", dtype=dtype, rows=16)
         assert cs.passes(result), (dtype, result)
 
+    # a row split in a head block and a tail (V not a power of two), a longer tail, no tail,
+    # and MASK in the head; one block of V's next power of two (`split=False`) agrees
+    for vocab, mask in ((1030, 1029), (1024, 1023), (1025, 7)):
+        result = cs.check("cpu", vocab=vocab, mask_id=mask, rows=8)
+        assert cs.passes(result), (vocab, mask, result)
+    assert cs.blocks(1025) == (1024, 1) and cs.blocks(1030) == (1024, 8) and cs.blocks(1024) == (1024, 0)
+    assert cs.blocks(1025, split=False) == (2048, 0)
+    gen = torch.Generator().manual_seed(5)
+    logits = (torch.randn(8, 8, 1025, generator=gen) * 3).to(torch.bfloat16)
+    scale = torch.tensor([2.0, 1.0, 0.5, 3.0])
+    split, whole = cs.cfg_scores(logits, 4, scale, 1024), cs.cfg_scores(logits, 4, scale, 1024, split=False)
+    assert float((split[0] - whole[0]).abs().max()) < 1e-5 and torch.equal(split[1], whole[1])
+
+    # the first maximum when the tail's column ties the head's best
+    tie = torch.zeros(2, 1, 1025, dtype=torch.bfloat16)
+    tie[:, 0, 10] = tie[:, 0, 1024] = 5.0
+    conf, pred = cs.cfg_scores(tie, 1, torch.tensor([2.0]), 0)
+    assert pred.tolist() == [[10]] and torch.equal(pred, cs.reference(tie, 1, torch.tensor([2.0]), 0)[1])
+    tie[:, 0, 1024] = 6.0  # strictly greater in the tail
+    assert cs.cfg_scores(tie, 1, torch.tensor([2.0]), 0)[1].tolist() == [[1024]]
+
     # non-finite logits make exactly the confidences the torch path makes non-finite
     gen = torch.Generator().manual_seed(2)
     logits = (torch.randn(8, 8, 1025, generator=gen) * 3).to(torch.bfloat16)

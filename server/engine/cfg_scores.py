@@ -44,29 +44,69 @@ if triton is not None:
     from server.engine.triton_libm import libm_exp as _exp, libm_log as _log
 
     @triton.jit
-    def _log_softmax(x, keep, INTERPRET: tl.constexpr):
+    def _log_softmax(x, INTERPRET: tl.constexpr):
+        """Log-softmax of a block whose every lane is a column."""
         shifted = x - tl.max(x, axis=0)
-        total = tl.sum(tl.where(keep, _exp(shifted, INTERPRET), 0.0), axis=0)
-        return shifted - _log(total, INTERPRET)
+        return shifted - _log(tl.sum(_exp(shifted, INTERPRET), axis=0), INTERPRET)
+
+    @triton.jit
+    def _log_softmax_split(x, t, keep_t, INTERPRET: tl.constexpr):
+        """Log-softmax of one vector held as a head block `x` (every lane a column) and a tail
+        block `t` (lanes past the vector's end masked by `keep_t`)."""
+        top = tl.maximum(tl.max(x, axis=0), tl.max(t, axis=0))
+        x = x - top
+        t = t - top
+        total = tl.sum(_exp(x, INTERPRET), axis=0) + tl.sum(tl.where(keep_t, _exp(t, INTERPRET), 0.0), axis=0)
+        log_total = _log(total, INTERPRET)
+        return x - log_total, t - log_total
+
+    @triton.jit
+    def _cfg_mix(lc, lu, s, keep):
+        """`lc + s * (lc - lu)` of one block, lanes past the end at -inf."""
+        return tl.where(keep, lc + s * (lc - lu), -float("inf"))
+
+    @triton.jit
+    def _best(out, keep, offs, MASK_ID):
+        """A block's (has NaN, maximum, first index of it), MASK and lanes past the end out.
+        NaNs rank lowest (a row with one fails whatever is picked; an all-NaN block has an index)."""
+        nan = out != out
+        out = tl.where(keep & (offs != MASK_ID) & ~nan, out, -float("inf"))
+        return tl.max(nan.to(tl.int32), axis=0) > 0, tl.max(out, axis=0), tl.argmax(out, axis=0)
 
     # the conditional rows' count changes step to step: no variant compiled per divisibility of it
     @triton.jit(do_not_specialize=["uncond_offset"])
     def _cfg_scores_kernel(logits, scale, confidence, predicted, uncond_offset, V, MASK_ID, C: tl.constexpr,
-                           BLOCK: tl.constexpr, INTERPRET: tl.constexpr):
+                           HEAD: tl.constexpr, TAIL: tl.constexpr, INTERPRET: tl.constexpr):
+        """One (conditional row, codebook) a program. The row's V columns are a HEAD block
+        and, when V is not a power of two, a TAIL block after it: 1025 columns are 1024 + 1
+        lanes instead of 2048, half of them masked, each paying three `expf`s."""
         pid = tl.program_id(0).to(tl.int64)  # conditional row * C + codebook
-        offs = tl.arange(0, BLOCK)
+        row_c = logits + pid * V
+        row_u = logits + (pid + uncond_offset) * V
+        offs = tl.arange(0, HEAD)
         keep = offs < V
-        x = tl.load(logits + pid * V + offs, mask=keep, other=-float("inf")).to(tl.float32)
-        u = tl.load(logits + (pid + uncond_offset) * V + offs, mask=keep, other=-float("inf")).to(tl.float32)
+        x = tl.load(row_c + offs, mask=keep, other=-float("inf")).to(tl.float32)
+        u = tl.load(row_u + offs, mask=keep, other=-float("inf")).to(tl.float32)
         s = tl.load(scale + pid // C)
-        lc = _log_softmax(x, keep, INTERPRET)
-        lu = _log_softmax(u, keep, INTERPRET)
-        mixed = tl.where(keep, lc + s * (lc - lu), -float("inf"))
-        out = _log_softmax(mixed, keep, INTERPRET)
-        out = tl.where(keep & (offs != MASK_ID), out, -float("inf"))
-        has_nan = tl.max(tl.where(out != out, 1, 0), axis=0) > 0
-        best = tl.max(out, axis=0)
-        index = tl.argmax(out, axis=0)
+        if TAIL > 0:
+            offs_t = HEAD + tl.arange(0, TAIL)
+            keep_t = offs_t < V
+            x_t = tl.load(row_c + offs_t, mask=keep_t, other=-float("inf")).to(tl.float32)
+            u_t = tl.load(row_u + offs_t, mask=keep_t, other=-float("inf")).to(tl.float32)
+            lc, lc_t = _log_softmax_split(x, x_t, keep_t, INTERPRET)
+            lu, lu_t = _log_softmax_split(u, u_t, keep_t, INTERPRET)
+            out, out_t = _log_softmax_split(_cfg_mix(lc, lu, s, keep),
+                                            _cfg_mix(lc_t, lu_t, s, keep_t), keep_t, INTERPRET)
+            has_nan, best, index = _best(out, keep, offs, MASK_ID)
+            nan_t, best_t, index_t = _best(out_t, keep_t, offs_t, MASK_ID)
+            has_nan = has_nan | nan_t
+            index = tl.where(best_t > best, HEAD + index_t, index)  # the first maximum on ties
+            best = tl.maximum(best, best_t)
+        else:
+            lc = _log_softmax(x, INTERPRET)  # lanes past the end hold -inf: exp gives 0
+            lu = _log_softmax(u, INTERPRET)
+            out = _log_softmax(_cfg_mix(lc, lu, s, keep), INTERPRET)
+            has_nan, best, index = _best(out, keep, offs, MASK_ID)
         tl.store(confidence + pid, tl.where(has_nan, float("nan"), best))
         tl.store(predicted + pid, index.to(tl.int64))
 
@@ -78,20 +118,30 @@ def available(device: torch.device | str | None = None) -> bool:
 NUM_WARPS = 4
 
 
+def blocks(v: int, split: bool = True) -> tuple[int, int]:
+    """(HEAD, TAIL) lanes for V columns: the largest power of two up to V and the tail's next
+    power of two (0 when V is one), or, unsplit, one block of V's next power of two."""
+    if not split or v & (v - 1) == 0:
+        return triton.next_power_of_2(v), 0
+    head = 1 << (v.bit_length() - 1)
+    return head, triton.next_power_of_2(v - head)
+
+
 def cfg_scores(logits: torch.Tensor, n_cond: int, scale: torch.Tensor, mask_id: int, *,
-               num_warps: int = NUM_WARPS) -> tuple[torch.Tensor, torch.Tensor]:
+               num_warps: int = NUM_WARPS, split: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """logits (2 n_cond, C, V) half (conditional rows, then each one's unconditional row in
     the same order), scale (n_cond,) float32 -> confidence (n_cond, C) float32 and
-    predicted (n_cond, C) int64, as `reference` computes them."""
+    predicted (n_cond, C) int64, as `reference` computes them. `split=False` reads each row
+    as one block of V's next power of two (the kernel's earlier shape, for the sweep)."""
     rows, c, v = logits.shape
     assert rows == 2 * n_cond and logits.is_contiguous() and scale.numel() == n_cond
     confidence = torch.empty((n_cond, c), dtype=torch.float32, device=logits.device)
     predicted = torch.empty((n_cond, c), dtype=torch.int64, device=logits.device)
     if n_cond:
+        head, tail = blocks(v, split)
         _cfg_scores_kernel[(n_cond * c,)](
             logits, scale.reshape(-1).float().contiguous(), confidence, predicted, n_cond * c, v, mask_id, C=c,
-            BLOCK=triton.next_power_of_2(v), INTERPRET=_INTERPRET, num_warps=num_warps,
-            enable_fp_fusion=False,
+            HEAD=head, TAIL=tail, INTERPRET=_INTERPRET, num_warps=num_warps, enable_fp_fusion=False,
         )
     return confidence, predicted
 
