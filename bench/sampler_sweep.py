@@ -23,10 +23,10 @@ WARPS = (1, 2, 4, 8, 16)
 
 
 def sweep() -> dict:
-    from server.engine.cfg_scores import NUM_WARPS, cfg_scores
+    from server.engine.cfg_scores import cfg_scores, warps_for
 
     torch.manual_seed(0)
-    result: dict = {"default_warps": NUM_WARPS, "rows": {}}
+    result: dict = {"default_warps": {str(rows): warps_for(rows * CODEBOOKS) for rows in ROWS}, "rows": {}}
     for rows in ROWS:
         logits = (torch.randn(2 * rows, CODEBOOKS, VOCAB, device="cuda") * 4).to(torch.bfloat16)
         scale = torch.full((rows,), 2.0, device="cuda")

@@ -115,7 +115,17 @@ def available(device: torch.device | str | None = None) -> bool:
     return triton is not None and (device is None or torch.device(device).type == "cuda" or _INTERPRET)
 
 
-NUM_WARPS = 4
+# `python -m bench.sampler_sweep` (1024 + 1 lanes a row, us a call on an H200): a fast-start
+# chunk's 50 rows 4.06 on four warps (5.16 on one), a lone line's 250 rows 8.53 on one (11.17 on
+# four), 2000 rows 55.6 (72.1), 16000 rows 420 (553). Few programs hide latency with more warps.
+FEW_PROGRAMS = 1024  # programs (rows x codebooks) below which a program gets FEW_PROGRAMS_WARPS
+FEW_PROGRAMS_WARPS = 4
+MANY_PROGRAMS_WARPS = 1
+
+
+def warps_for(programs: int) -> int:
+    """Warps a program for a step of `programs` (conditional rows x codebooks)."""
+    return FEW_PROGRAMS_WARPS if programs < FEW_PROGRAMS else MANY_PROGRAMS_WARPS
 
 
 def blocks(v: int, split: bool = True) -> tuple[int, int]:
@@ -128,11 +138,12 @@ def blocks(v: int, split: bool = True) -> tuple[int, int]:
 
 
 def cfg_scores(logits: torch.Tensor, n_cond: int, scale: torch.Tensor, mask_id: int, *,
-               num_warps: int = NUM_WARPS, split: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+               num_warps: int | None = None, split: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """logits (2 n_cond, C, V) half (conditional rows, then each one's unconditional row in
     the same order), scale (n_cond,) float32 -> confidence (n_cond, C) float32 and
-    predicted (n_cond, C) int64, as `reference` computes them. `split=False` reads each row
-    as one block of V's next power of two (the kernel's earlier shape, for the sweep)."""
+    predicted (n_cond, C) int64, as `reference` computes them. `num_warps` defaults to
+    `warps_for` the step; `split=False` reads each row as one block of V's next power of two
+    (the kernel's earlier shape, for the sweep)."""
     rows, c, v = logits.shape
     assert rows == 2 * n_cond and logits.is_contiguous() and scale.numel() == n_cond
     confidence = torch.empty((n_cond, c), dtype=torch.float32, device=logits.device)
@@ -141,7 +152,8 @@ def cfg_scores(logits: torch.Tensor, n_cond: int, scale: torch.Tensor, mask_id: 
         head, tail = blocks(v, split)
         _cfg_scores_kernel[(n_cond * c,)](
             logits, scale.reshape(-1).float().contiguous(), confidence, predicted, n_cond * c, v, mask_id, C=c,
-            HEAD=head, TAIL=tail, INTERPRET=_INTERPRET, num_warps=num_warps, enable_fp_fusion=False,
+            HEAD=head, TAIL=tail, INTERPRET=_INTERPRET, num_warps=num_warps or warps_for(n_cond * c),
+            enable_fp_fusion=False,
         )
     return confidence, predicted
 
