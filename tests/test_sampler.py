@@ -17,14 +17,14 @@ from server.engine.sampler import Sampler
 C, V, MASK, T, STEPS = 4, 33, 32, 7, 5
 
 
-def _lone(seed: int, position_temperature: float, guidance: float):
-    tokens = torch.full((C, T), MASK, dtype=torch.long)
+def _lone(seed: int, position_temperature: float, guidance: float, device: str = "cpu"):
+    tokens = torch.full((C, T), MASK, dtype=torch.long, device=device)
     item = CanvasItem("x#0", torch.zeros((C, 2), dtype=torch.long), torch.zeros(2, dtype=torch.bool), tokens,
                       guidance)
     opts = types.SimpleNamespace(layer_penalty_factor=5.0, position_temperature=position_temperature,
                                  class_temperature=0.0)
     utt = types.SimpleNamespace(options=opts, schedule=unmask_schedule(T, C, STEPS, 0.1), step=0,
-                                generator=torch.Generator().manual_seed(seed), item=item)
+                                generator=torch.Generator(device=device).manual_seed(seed), item=item)
     canvas = PackedCanvas(torch.zeros((C, 1)), torch.zeros(1), torch.zeros(1), [1], torch.zeros(1), [item], [0],
                           [T if guidance else None])
     return canvas, utt
@@ -59,6 +59,22 @@ def test_lone_item_selection_equals_the_table_path(poison, position_temperature,
         assert revealed == sum(a[1].schedule[: step + 1])  # exactly k per step, never a revealed one twice
     assert not bool((a[0].items[0].tokens == MASK).any())
     assert int(a[0].items[0].tokens.max()) < V
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_lone_items_unsorted_top_k_on_the_gpu_reveals_what_the_sorted_table_does():
+    """On CUDA a lone item's top-k skips the sort (the picks are a set): with scores full of
+    ties (few distinct logits, no position noise) it must reveal what the sorted table reveals."""
+    gen = torch.Generator().manual_seed(4)
+    direct, table = Sampler(MASK, C, torch.device("cuda")), _table_path(Sampler(MASK, C, torch.device("cuda")))
+    a, b = _lone(7, 0.0, 2.0, "cuda"), _lone(7, 0.0, 2.0, "cuda")
+    for step in range(STEPS):
+        logits = torch.randint(0, 3, (2 * T, C, V), generator=gen).float().cuda()
+        for sampler, (canvas, utt) in ((direct, a), (table, b)):
+            utt.step = step
+            assert sampler.step(logits.clone(), canvas, [utt]).tolist() == [True]
+        assert torch.equal(a[0].items[0].tokens, b[0].items[0].tokens)
+    assert not bool((a[0].items[0].tokens == MASK).any())
 
 
 def test_a_batch_reveals_each_items_own_k():

@@ -277,9 +277,14 @@ class Sampler:
     @staticmethod
     def _select_one(item, key: torch.Tensor, predicted: torch.Tensor, k: int,
                     finite_rows: torch.Tensor) -> torch.Tensor:
-        """One item: top-k over its own (C x T) scores, picks written straight into its canvas."""
+        """One item: top-k over its own (C x T) scores, picks written straight into its canvas.
+
+        The picks are a set (distinct positions, each written once), so on CUDA the top-k
+        skips its sort: CUDA's top-k gathers the same elements either way and only then sorts
+        them. The CPU's unsorted top-k may break ties differently, so the CPU sorts, as the
+        reference does."""
         flat = key.t().reshape(1, -1)  # (1, C x T): codebook-major, as the reference flattens
-        chosen = torch.topk(flat, k, dim=1).indices
+        chosen = torch.topk(flat, k, dim=1, sorted=not flat.is_cuda).indices
         values = predicted.t().reshape(1, -1).gather(1, chosen)
         item.tokens.view(1, -1).scatter_(1, chosen, values)  # the only write, after every read
         return finite_rows.all().view(1)
