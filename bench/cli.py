@@ -320,6 +320,8 @@ def main(argv: list[str] | None = None) -> int:
     run.put(("engine", "backbone"), {"class": type(backbone).__name__,
                                      "qk_rope_kernel": getattr(backbone, "qk_rope_kernel", None),
                                      "qk_rope_check_error": getattr(backbone, "qk_rope_check_error", None),
+                                     "embed_order": getattr(backbone, "embed_order", None),
+                                     "embed_check": getattr(backbone, "embed_check", None),
                                      "small_attention_check_error": getattr(getattr(backbone, "attention", None),
                                                                             "small_check_error", None)})
     if args.no_graphs and hasattr(backbone, "graphs_enabled"):

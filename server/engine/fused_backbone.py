@@ -14,8 +14,9 @@ out once at load for fewer, larger GEMMs:
 - On CUDA, q/k norm and RoPE are one Triton pass (`qk_norm_rope`) when its self-check passes.
 - On CUDA, steps of at most ~1k rows split the O and down projections along their inner
   dimension, and the add + norm after each sums the slices (`split_k.py`).
-- The embedding merge and `audio_heads` are the reference modules' own; only target rows go
-  through the head GEMM and the float32 upcast.
+- On CUDA, the input embeddings are one Triton pass (`embed_merge`) when it gives the
+  reference's bits on the model's own tables; `audio_heads` is the reference module's own,
+  and only target rows go through the head GEMM and the float32 upcast.
 - Small steps replay CUDA graphs (`cuda_graphs.py`), captured per bucket when the backbone is
   made, so no request pays for a capture.
 
@@ -70,7 +71,7 @@ class FusedBackbone:
     def __init__(self, model, attention: AttentionBackend, ops=None, *, graphs: bool = False,
                  token_buckets: tuple[int, ...] = GRAPH_TOKEN_BUCKETS,
                  doc_buckets: tuple[int, ...] = GRAPH_DOC_BUCKETS, fuse_qk_rope: bool | None = None,
-                 quantize: str | None = None, split_k: bool | None = None):
+                 quantize: str | None = None, split_k: bool | None = None, fuse_embed: bool | None = None):
         self.model = model
         self.attention = attention
         self.ops = ops if ops is not None else (FlashInferOps() if attention.name == "flashinfer" else TorchOps())
@@ -100,6 +101,7 @@ class FusedBackbone:
         self.stats = ForwardStats()
         self.qk_rope_kernel = self._pick_qk_rope(fuse_qk_rope)
         self.split_k = self._pick_split_k(split_k)
+        self.embed_order = self._pick_embed(fuse_embed)
         self.graphs_enabled = graphs and self.device.type == "cuda" and hasattr(attention, "graph_planner")
         self.graphs = StepGraphs(self._embed_and_layers, attention, self.device, self.num_codebooks, self.mask_id,
                                  self.stats, token_buckets, doc_buckets)
@@ -229,7 +231,35 @@ class FusedBackbone:
             return self.linear.quantizers.silu_mul_quantize(gate_up)
         return self.ops.silu_and_mul(gate_up)
 
+    def _pick_embed(self, wanted: bool | None) -> str | None:
+        """The order in which the one-pass embedding kernel (`embed_merge`) sums the codebooks:
+        by default on CUDA (`CHORUS_FUSED_EMBED=0` turns it off), the first order that gives
+        the reference's bits on this model's tables; None (the reference's modules) if none does."""
+        if wanted is None:
+            wanted = self.device.type == "cuda" and os.environ.get("CHORUS_FUSED_EMBED", "") != "0"
+        if not wanted:
+            return None
+        from server.engine import embed_merge
+
+        if not embed_merge.available(self.device if self.device.type == "cuda" else None):
+            log.info("input embeddings: Triton unavailable, using the reference's modules")
+            return None
+        try:
+            self.embed_check = embed_merge.check(self.model, self.device)
+        except Exception as exc:  # noqa: BLE001 - fall back, loudly
+            log.warning("input embeddings kernel failed its check (%s); using the reference's modules", exc)
+            return None
+        order = embed_merge.pick_order(self.embed_check)
+        if order is None:
+            log.warning("input embeddings kernel differs from the reference (%s); using the reference's modules",
+                        self.embed_check)
+        return order
+
     def _embed(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        if self.embed_order is not None:
+            from server.engine.embed_merge import embed_merge
+
+            return embed_merge(self.model, ids, mask, self.embed_order)
         return self.model._prepare_embed_inputs(ids.unsqueeze(0), mask.unsqueeze(0))[0]
 
     def _embed_and_layers(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, plan) -> torch.Tensor:
