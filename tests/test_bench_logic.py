@@ -102,7 +102,8 @@ def test_chorus_bench_cli_help_and_cpu_refusal():
 
 @pytest.mark.parametrize("command", [["bench.attention_sweep"], ["bench.epilogue_sweep"], ["bench.small_gemm_sweep"],
                                      ["bench.tma_sweep"], ["bench.split_k_sweep"],
-                                     ["bench.lanes", "--checkpoint", "nowhere"]])
+                                     ["bench.lanes", "--checkpoint", "nowhere"],
+                                     ["bench.gc_pauses", "--checkpoint", "nowhere"]])
 def test_cuda_sweeps_refuse_a_machine_without_cuda(command):
     import torch
 
