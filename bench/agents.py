@@ -32,6 +32,7 @@ import asyncio
 import json
 import os
 import random
+import shlex
 import struct
 import sys
 import tempfile
@@ -325,9 +326,11 @@ def main(argv: list[str] | None = None) -> int:
                 server.stop()
     date = datetime.now(UTC)
     commit = git_commit(os.environ.get("CHORUS_COMMIT"))  # set where the checkout has no git history
+    command = ["python", "-m", "bench.agents", *argv, *(["--", *serve_args] if serve_args else [])]
     result = {
         "summary": summary(modes, (time.perf_counter() - t0) / 60.0, gpu, commit),
-        "meta": {"command": "python -m bench.agents " + " ".join(argv), "date_utc": date.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "meta": {"command": shlex.join(command),
+                 "date_utc": date.strftime("%Y-%m-%dT%H:%M:%SZ"),
                  "gpu": gpu, "commit": commit, "settings": vars(args), "serve_args": serve_args},
         "modes": modes,
     }

@@ -26,6 +26,7 @@ def test_agents_bench_reports_its_shape_with_audio(tiny_checkpoint, tmp_path):
     assert summary["agents_sustained"] in (0, 1, 2) and summary["agents_sustained_fifo"] is None
     assert summary["gpu"] is None and summary["minutes"] > 0 and isinstance(summary["underruns"], int)
     assert report["meta"]["command"].startswith("python -m bench.agents")
+    assert report["meta"]["command"].endswith(f"-- --model {tiny_checkpoint}")  # the server's arguments too
     mode = report["modes"]["default"]
     first = mode["levels"][0]
     assert first["agents"] == 2 and first["turns"] >= 2 and first["turns_failed"] == 0
