@@ -12,12 +12,13 @@ the slowest steps would show it, and a freeze would remove it.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import json
 import statistics
 import sys
 import time
+
+from bench.sweeps import cuda_sweep_parser, run_cuda_sweep
 
 RUNS = 3
 
@@ -68,16 +69,10 @@ def _phase(engine, specs, timer: CollectionTimer) -> dict:
     return result
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.gc_pauses", description=__doc__.splitlines()[0])
-    p.add_argument("--checkpoint", required=True, help="a full-size checkpoint folder")
-    p.add_argument("--out", default=None, help="write the result's JSON here")
-    args = p.parse_args(argv)
+def measure(checkpoint: str) -> dict:
+    """Both phases on one engine: collections as they come, then after a freeze."""
     import torch
 
-    if not torch.cuda.is_available():
-        print(f"{p.prog} needs a CUDA GPU", file=sys.stderr)
-        return 2
     from bench import engine_bench as eb
     from bench.mixes import plain_mix
     from server.checkpoint import load_omnivoice
@@ -86,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_grad_enabled(False)
     timer = CollectionTimer()
-    model = load_omnivoice(args.checkpoint, "cuda", "bfloat16")
+    model = load_omnivoice(checkpoint, "cuda", "bfloat16")
     engine = EngineLoop(model, EngineSettings(device="cuda", dtype="bfloat16", attention="auto"), "gc",
                         model_name="omnivoice-random", random_checkpoint=True)
     engine.backbone.capture()
@@ -103,10 +98,14 @@ def main(argv: list[str] | None = None) -> int:
         doc["frozen"] = _phase(engine, specs, timer)
     finally:
         engine.stop()
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(doc, f, indent=1)
-    return 0
+    return doc
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = cuda_sweep_parser("bench.gc_pauses", __doc__)
+    p.add_argument("--checkpoint", required=True, help="a full-size checkpoint folder")
+    args = p.parse_args(argv)
+    return run_cuda_sweep(p.prog, lambda: measure(args.checkpoint), args.out)
 
 
 if __name__ == "__main__":
