@@ -301,6 +301,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.combine:
         emit_report(combine(args.combine), args.out)
         return 0
+    if not args.url and not serve_args:
+        print("no server arguments after `--`: each chorus serve runs the built-in demo checkpoint "
+              "(e.g. `-- --model ckpt-full --device cuda` for a full-size one)", file=sys.stderr)
     options = {"num_step": args.num_step}
     t0 = time.perf_counter()
     modes: dict[str, dict] = {}
