@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from server.engine.sampler import best_unmasked, cfg_mix
-from server.engine.triton_env import INTERPRET as _INTERPRET
+from server.engine.triton_env import INTERPRET as _INTERPRET, kernels_can_run
 
 log = logging.getLogger(__name__)
 
@@ -111,8 +111,7 @@ if triton is not None:
         tl.store(predicted + pid, index.to(tl.int64))
 
 
-def available(device: torch.device | str | None = None) -> bool:
-    return triton is not None and (device is None or torch.device(device).type == "cuda" or _INTERPRET)
+available = kernels_can_run  # whether this kernel can run on a device
 
 
 # `python -m bench.sampler_sweep` (1024 + 1 lanes a row, us a call on an H200): a fast-start

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from server.engine.triton_env import INTERPRET as _INTERPRET
+from server.engine.triton_env import kernels_can_run
 
 try:  # Triton is optional: CPU installs keep the reference's modules
     import triton
@@ -65,8 +65,7 @@ if triton is not None:
 ORDER_TREE, ORDER_SEQUENTIAL = "tree", "sequential"
 
 
-def available(device: torch.device | str | None = None) -> bool:
-    return triton is not None and (device is None or torch.device(device).type == "cuda" or _INTERPRET)
+available = kernels_can_run  # whether this kernel can run on a device
 
 
 @torch.inference_mode()

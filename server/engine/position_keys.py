@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from server.engine.triton_env import INTERPRET as _INTERPRET
+from server.engine.triton_env import INTERPRET as _INTERPRET, kernels_can_run
 
 try:  # Triton is optional: CPU installs keep the torch path
     import triton
@@ -75,8 +75,7 @@ if triton is not None:
         tl.store(finite_out + row, finite != 0, mask=row < rows)
 
 
-def available(device: torch.device | str | None = None) -> bool:
-    return triton is not None and (device is None or torch.device(device).type == "cuda" or _INTERPRET)
+available = kernels_can_run  # whether this kernel can run on a device
 
 
 def position_keys(confidence: torch.Tensor, predicted: torch.Tensor, uniform: torch.Tensor,

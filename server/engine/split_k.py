@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from server.engine.triton_env import INTERPRET
+from server.engine.triton_env import kernels_can_run
 
 try:  # Triton is optional: CPU installs keep the unsplit path
     import triton
@@ -64,11 +64,7 @@ if triton is not None:
         tl.store(out + row * N + cols, (x * r[:, None] * w).to(out.dtype.element_ty), mask=ok)
 
 
-def available(device: torch.device | None = None) -> bool:
-    """Triton is importable and the kernel can run there (CUDA, or CPU under the interpreter)."""
-    if triton is None:
-        return False
-    return device is None or torch.device(device).type == "cuda" or INTERPRET
+available = kernels_can_run  # whether this kernel can run on a device
 
 
 def split_linear(x: torch.Tensor, weight: torch.Tensor, splits: int) -> torch.Tensor:

@@ -21,7 +21,7 @@ import math
 import torch
 
 from server.engine.attention import TorchAttention, graph_layout
-from server.engine.triton_env import INTERPRET
+from server.engine.triton_env import kernels_can_run
 
 try:  # Triton is optional: CPU installs and machines without it use the other backends
     import triton
@@ -76,11 +76,7 @@ if triton is not None:
                  mask=row_ok[:, None])
 
 
-def available(device: torch.device | None = None) -> bool:
-    """Triton is importable and the kernel can run there (CUDA, or CPU under the interpreter)."""
-    if triton is None:
-        return False
-    return device is None or torch.device(device).type == "cuda" or INTERPRET
+available = kernels_can_run  # whether this kernel can run on a device
 
 
 def tile_table(doc_lens: list[int], block_m: int = BLOCK_M, tiles: int | None = None) -> torch.Tensor:

@@ -2,7 +2,8 @@
 
 `INTERPRET`: whether Triton runs in its CPU interpreter (`TRITON_INTERPRET`, as Triton reads
 it): the engine's kernels then take the interpreter's branches (no libdevice) and run on CPU
-tensors, which is how their CPU tests exercise them. `checked_error`: the start-up gate of a
+tensors, which is how their CPU tests exercise them. `kernels_can_run`: whether the engine's
+Triton kernels can run on a device (each kernel module's `available`). `checked_error`: the start-up gate of a
 kernel that replaces torch arithmetic only when its error against float32 is within the
 model dtype's rounding.
 """
@@ -18,6 +19,19 @@ import torch
 log = logging.getLogger(__name__)
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "").strip().lower() in ("1", "true", "on", "yes")
+
+try:  # Triton is optional: CPU installs keep the torch paths
+    import triton  # noqa: F401
+
+    HAS_TRITON = True
+except Exception:  # noqa: BLE001
+    HAS_TRITON = False
+
+
+def kernels_can_run(device: torch.device | str | None = None) -> bool:
+    """Triton is importable and its kernels can run on `device` (None: wherever Triton runs):
+    CUDA, or the CPU under the interpreter."""
+    return HAS_TRITON and (device is None or torch.device(device).type == "cuda" or INTERPRET)
 
 
 def check_limit(dtype: torch.dtype) -> float:
