@@ -3,6 +3,10 @@ half-precision parity with the reference forward, graphs equal eager, plans reus
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+
 import pytest
 import torch
 
@@ -131,3 +135,71 @@ def test_fp8_fused_activation_quantisation_changes_nothing_but_rounding(models):
         assert fused.fp8_fused
         result = compare(fused(canvas), reference)
         assert result["finite"] and result["rel_l2"] < 0.1 * fp8_error, (result, fp8_error)
+
+
+
+# In a fresh process, so that no earlier test has built any variant of the kernels.
+FRESH_PROCESS_WARM_UP = textwrap.dedent("""
+    import dataclasses, sys
+    import torch
+    from transformers import AutoTokenizer
+    from bench.parity import random_items
+    from server.checkpoint import SPECS, build_omnivoice
+    from server.engine import embed_merge, qk_norm_rope, split_k, triton_attention
+    from server.engine.canvas import build_packed_canvas
+    from server.engine.flashinfer_attention import FlashInferAttention
+    from server.engine.fused_backbone import FusedBackbone
+
+    def built():
+        kernels = (embed_merge._embed_merge_kernel, qk_norm_rope._qk_norm_rope_kernel,
+                   qk_norm_rope._qk_norm_rope_tokens_kernel, split_k._split_add_rmsnorm_kernel,
+                   triton_attention._doc_attention_kernel)
+        # each device's cache entry starts with its dict of compiled kernels
+        return {k.fn.__name__: sum(len(entry[0]) for entry in k.device_caches.values()) for k in kernels}
+
+    def canvas_of(frames):  # two requests with CFG: about 3 * frames rows
+        items = random_items(model, [(6, frames, 2.0), (4, frames // 2, 2.0)], frames, "cuda")
+        return build_packed_canvas(items, "cuda")
+
+    spec = dataclasses.replace(SPECS["tiny"], hidden_size=256, num_hidden_layers=2, num_attention_heads=16,
+                               num_key_value_heads=8, head_dim=128, intermediate_size=512)
+    model = build_omnivoice(spec, seed=0).to("cuda", torch.bfloat16).eval()
+    model.text_tokenizer = AutoTokenizer.from_pretrained(sys.argv[1])
+    c = model.llm.config
+    fi = FlashInferAttention(model.device, torch.bfloat16, c.head_dim ** -0.5, c.num_attention_heads,
+                             c.num_key_value_heads, c.head_dim)
+    small = {}  # a row count that is a multiple of 16, and one that is not, below 1024
+    for frames in range(110, 320, 3):
+        canvas = canvas_of(frames)
+        small.setdefault(canvas.total_len % 16 == 0, canvas)
+        if len(small) == 2:
+            break
+    large = next(canvas for canvas in map(canvas_of, range(380, 500, 3)) if canvas.total_len % 16)
+    assert len(small) == 2 and all(c.total_len < 1024 for c in small.values()) and 1024 <= large.total_len < 2000
+    with torch.inference_mode():
+        backbone = FusedBackbone(model, fi, graphs=False)
+        assert backbone.embed_order and backbone.qk_rope_kernel == "triton" and backbone.split_k
+        assert torch.isfinite(backbone(small[True])).all()  # a small step's program shapes built
+        shaped = built()
+        assert torch.isfinite(backbone(small[False])).all()
+        assert built() == shaped, (shaped, built())  # no build for another row count
+        assert backbone.warm_eager(2000)  # 2000 rows: a large step's program shapes
+        warmed = built()
+        assert warmed["_qk_norm_rope_tokens_kernel"] > shaped["_qk_norm_rope_tokens_kernel"], warmed
+        assert torch.isfinite(backbone(large)).all()
+        assert built() == warmed, (warmed, built())
+        assert backbone.stats.eager_steps == 3
+        graphed = FusedBackbone(model, fi, graphs=True, token_buckets=(128, 256))
+        assert not graphed.warm_eager(200) and graphed.warm_eager(300)  # 200 rows replay a graph
+    print("ok")
+""")
+
+
+def test_an_eager_step_after_the_warm_up_builds_no_kernel(tiny_checkpoint, flashinfer_ok):
+    """No eager step builds a Triton kernel on a request's path (100-300 ms each with an empty
+    kernel cache): the kernels are not specialised on a step's row count (steps of a multiple
+    of 16 rows and of others share one build), and `warm_eager` runs a large step's kernels
+    before traffic."""
+    result = subprocess.run([sys.executable, "-c", FRESH_PROCESS_WARM_UP, str(tiny_checkpoint)],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]

@@ -36,7 +36,8 @@ if triton is not None:
         index = tl.load(ids + c * S + row) + tl.load(offsets + c)
         return tl.load(audio_table + index * HIDDEN + cols, mask=keep).to(tl.float32)
 
-    @triton.jit
+    # the row count changes every step: not specialised on (one build serves every step)
+    @triton.jit(do_not_specialize=["S"])
     def _embed_merge_kernel(ids, mask, text_table, audio_table, offsets, out, S, HIDDEN,
                             C: tl.constexpr, BLOCK: tl.constexpr, TREE: tl.constexpr):
         row = tl.program_id(0).to(tl.int64)

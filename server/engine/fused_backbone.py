@@ -308,6 +308,27 @@ class FusedBackbone:
         """Capture graphs ahead of traffic (all buckets by default); returns how many exist."""
         return self.graphs.capture_all(buckets) if self.graphs_enabled else 0
 
+    @torch.inference_mode()
+    def warm_eager(self, tokens: int) -> bool:
+        """One eager forward of `tokens` rows (two documents) and the head on half of them,
+        ahead of traffic; False where every step that large replays a graph.
+
+        The first eager step of a process otherwise pays on a request's path for what only a
+        step too large for the graphs needs: Triton builds each eager-only kernel variant on its
+        first launch (100-300 ms each with an empty kernel cache, as in a new container), and
+        the caching allocator grows to the largest step's activations, which it keeps.
+        """
+        if tokens <= self.graph_max_tokens or self.device.type != "cuda":
+            return False
+        docs = [tokens - tokens // 2, tokens // 2]
+        ids = torch.full((self.num_codebooks, tokens), self.mask_id, dtype=torch.long, device=self.device)
+        mask = torch.ones(tokens, dtype=torch.bool, device=self.device)
+        pos = torch.cat([torch.arange(n, device=self.device) for n in docs])
+        hidden = self._layers(self._embed(ids, mask), pos, self.attention.plan(docs))
+        F.linear(hidden[: docs[1]], self.model.audio_heads.weight)
+        torch.cuda.synchronize(self.device)
+        return True
+
 
 # ---- the factory the engine calls ---------------------------------------------------------
 

@@ -110,7 +110,8 @@ if triton is not None:
         tl.store(dst, (n1 * c - n2 * s).to(out.dtype.element_ty), mask=ok)
         tl.store(dst + HALF, (n2 * c + n1 * s).to(out.dtype.element_ty), mask=ok)
 
-    @triton.jit
+    # the row count changes every step: not specialised on (one build serves every step)
+    @triton.jit(do_not_specialize=["seq"])
     def _qk_norm_rope_tokens_kernel(qkv, q_out, k_out, w, pos, seq, stride_tok, eps, log2_theta,
                                     NQ: tl.constexpr, NK: tl.constexpr, NQP: tl.constexpr, NKP: tl.constexpr,
                                     BT: tl.constexpr, HALF: tl.constexpr):

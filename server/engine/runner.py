@@ -14,6 +14,7 @@ the scheduler (`advance`) and the loop (settle, finish) act on it.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -122,7 +123,27 @@ class StepRunner:
         with torch.cuda.device(device) if device.type == "cuda" else nullcontext():
             backbone = make_backbone(model, attention, quantize=quantize, graph_max_tokens=graph_max_tokens)
         sampler = Sampler(model.config.audio_mask_id, model.config.num_audio_codebook, device)
-        return cls(backbone, sampler, device, max_packed_tokens)
+        runner = cls(backbone, sampler, device, max_packed_tokens)
+        runner.warm_largest_step()
+        return runner
+
+    def warm_largest_step(self) -> None:
+        """Run a step of `max_packed_tokens` eagerly before traffic (`FusedBackbone.warm_eager`:
+        kernels built, memory reserved), unless `CHORUS_EAGER_WARMUP=0`; where it runs out of
+        memory, steps start capped at half of it, as after an out-of-memory step."""
+        warm = getattr(self.backbone, "warm_eager", None)
+        if warm is None or self.device.type != "cuda" or os.environ.get("CHORUS_EAGER_WARMUP", "") == "0":
+            return
+        t = time.perf_counter()
+        try:
+            with torch.cuda.device(self.device):
+                if warm(self.max_packed_tokens):
+                    log.info("eager step of %d tokens warmed in %.2f s", self.max_packed_tokens,
+                             time.perf_counter() - t)
+        except Exception as exc:
+            if not is_oom(exc):  # anything else would fail the first large step too: say so now
+                raise
+            self._lower_cap(self.max_packed_tokens)
 
     def run(self, batch: ScheduledBatch, index: int = 0) -> LaunchedStep:
         """Queue step `index` of every utterance in the batch (each advances exactly one step)."""

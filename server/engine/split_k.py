@@ -47,7 +47,8 @@ def splits_for(rows: int, inner_dims: tuple[int, ...] = ()) -> int:
 
 if triton is not None:
 
-    @triton.jit
+    # the row count changes every step: not specialised on (one build serves every step)
+    @triton.jit(do_not_specialize=["rows"])
     def _split_add_rmsnorm_kernel(partials, residual, weight, out, rows, eps,
                                   SPLITS: tl.constexpr, N: tl.constexpr, BLOCK: tl.constexpr, ROWS: tl.constexpr):
         row = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)[:, None]  # this program's rows
