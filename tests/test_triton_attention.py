@@ -138,3 +138,33 @@ def test_normalising_kernel_on_the_gpu_agrees_with_the_two_pass_path():
                                16, 8, 1e-6, 1e6, 128**-0.5, block_m=bm, heads=heads).float()
         # the same rounded q and k; only the order of float32 sums differs
         assert float((got - two_pass).norm() / two_pass.norm()) < 2e-3, (heads, bm)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_tma_and_pointer_loads_agree_on_the_gpu():
+    """On Hopper the kernel loads through tensor descriptors; it must give what the pointer
+    loads give (same blocks, same arithmetic) and what float32 attention gives, for one-row
+    and pad documents, a graph table's empty tiles, three pipeline stages past 2048 rows, and
+    operands a descriptor cannot take (which fall back to pointer loads)."""
+    from server.engine.attention import TorchAttention
+
+    dev = torch.device("cuda")
+    if not ta.tma_loads(dev):
+        pytest.skip("needs a GPU with TMA (Hopper or later)")
+    torch.manual_seed(0)
+    scale = 128**-0.5
+    ref = TorchAttention(scale)
+    for docs in ([1], [5], [287, 250, 1, 1, 5], [130, 1, 1], [650, 560] * 3):
+        seq = sum(docs)
+        qkv = (torch.randn(seq, 32, 128) * 2).to(dev, torch.bfloat16)
+        q, k, v = qkv[:, :16].contiguous(), qkv[:, 16:24].contiguous(), qkv[:, 24:]
+        want = ref.attend(ref.plan(docs), *(t.float() for t in (q, k, v)))
+        tiles = ta._to_device(ta.tile_table(docs, tiles=ta.max_tiles(len(docs) + 2, seq)), dev)  # empty tiles too
+        by_pointers = ta.attend(tiles, q, k, v, scale, tma=False).float()
+        by_tma = ta.attend(tiles, q, k, v, scale, tma=True).float()
+        assert float((by_tma - by_pointers).abs().max()) <= 2e-2 * float(by_pointers.abs().max()), docs
+        assert float((by_tma - want).norm() / want.norm()) < 1e-2, docs
+        odd = torch.empty(seq * 16 * 128 + 1, dtype=torch.bfloat16, device=dev)[1:].view(seq, 16, 128)
+        odd.copy_(q)  # 2-byte aligned: no descriptor, pointer loads
+        assert not ta._descriptor_fits(odd)
+        assert torch.equal(ta.attend(tiles, odd, k, v, scale), ta.attend(tiles, q, k, v, scale, tma=False))

@@ -44,9 +44,19 @@ REQUIRED_NAMES: tuple[tuple[str, str], ...] = (
     ("flashinfer.activation", "silu_and_mul"),
 )
 WORKSPACE_BYTES = 128 * 1024 * 1024
-# Steps of at most this many packed rows attend with the Triton kernel (0: never);
+# Steps of at most this many packed rows attend with the Triton kernel (0: never), by how it
+# can load (`triton_attention`: TMA on Hopper, pointers elsewhere; measured against this
+# module's kernel on an H200, `python -m bench.attention_sweep --tma`: ahead from 135 to 4296
+# rows with TMA from 1k rows, to about 1k rows with pointers alone);
 # CHORUS_SMALL_ATTENTION_ROWS overrides it.
 SMALL_ROWS = 1024
+SMALL_ROWS_TMA = 4608
+
+
+def default_small_rows(device: torch.device) -> int:
+    from server.engine import triton_attention
+
+    return SMALL_ROWS_TMA if triton_attention.tma_loads(torch.device(device)) else SMALL_ROWS
 
 
 class FlashInferMissing(ImportError):
@@ -122,7 +132,7 @@ class FlashInferAttention:
         ]
         self._next = 0
         if small_rows is None:
-            small_rows = int(os.environ.get("CHORUS_SMALL_ATTENTION_ROWS", SMALL_ROWS))
+            small_rows = int(os.environ.get("CHORUS_SMALL_ATTENTION_ROWS", default_small_rows(self.device)))
         self.small, self.small_rows = self._small_kernel(small_rows)
 
     def _small_kernel(self, rows: int):

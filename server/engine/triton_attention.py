@@ -8,6 +8,15 @@ document's keys in `BLOCK_N` blocks (float32 scores and sums, the model's dtype 
 two matrix products' inputs): no planning beyond a table of tiles, and a grid of
 tiles x heads that fills the GPU even for one short document.
 
+Above `POINTER_ROWS` rows on Hopper, the q tile and each key and value block come in
+through tensor descriptors (TMA: one bulk copy a tile, which Triton's pipeliner keeps in
+flight ahead of the products); that is what lets the kernel beat FlashInfer's up to a few
+thousand rows. Below, and on other GPUs, through tensors of pointers, which in a small
+step's forward measured as fast or faster. Same blocks, same arithmetic in the same order
+(a lone line's forward gives the same bits either way). With TMA, rows past a document's end
+are read (the next document's, or zeros past the packed row) and dropped: their scores are
+-inf, so their values weigh exactly 0, and output rows past the end are not stored.
+
 `TritonAttention.plan(doc_lens)` makes that table (query start, document end, document
 start per tile) on the host and copies it to the device without waiting; a graph
 planner keeps it in a static buffer sized for its bucket, so a captured graph replays
@@ -16,7 +25,9 @@ any layout of that many documents and rows.
 
 from __future__ import annotations
 
+import functools
 import math
+import os
 
 import torch
 
@@ -28,14 +39,23 @@ try:  # Triton is optional: CPU installs and machines without it use the other b
     import triton.language as tl
 except Exception:  # noqa: BLE001
     triton = None
+try:  # host-side tensor descriptors (TMA), in Triton from 3.3
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except Exception:  # noqa: BLE001
+    TensorDescriptor = None
 
 # Measured on an H200 against FlashInfer's Hopper kernel (16 q / 8 kv heads of 128, bf16, one
-# layer's call replayed in a CUDA graph): 4.8 vs 7.3 us at 135 rows, 10.4 vs 11.0 at 537,
-# 18.9 vs 18.2 at 1611, 45.6 vs 42.2 at 4296: worth it for steps of about a thousand rows.
+# layer's call replayed in a CUDA graph; `python -m bench.attention_sweep --tma`): pointer
+# loads 4.9 vs 7.4 us at 135 rows, 10.4 vs 10.8 at 537, 18.6 vs 18.1 at 1611, 45.8 vs 42.2 at
+# 4296; TMA loads 16.2 at 1611 (two stages) and 40.0 at 4296 (three). In whole graphed
+# forwards (`python -m bench.attention_ab`) TMA took 1.587k-row steps 3.96 -> 3.79 ms and
+# 4.2k-row ones 9.22 -> 9.07, lost 3% at 117 rows and tied at 529: pointers up to 1024 rows.
 BLOCK_M = 64
 BLOCK_N = 64
 NUM_WARPS = 4
-NUM_STAGES = 3
+NUM_STAGES = 3  # pointer loads
+POINTER_ROWS = 1024  # steps of up to this many rows load by pointers on any GPU
+TMA_STAGES = ((2048, 2), (1 << 62, 3))  # (up to this many rows, pipeline stages) with TMA loads
 
 
 if triton is not None:
@@ -76,7 +96,64 @@ if triton is not None:
                  mask=row_ok[:, None])
 
 
+    @triton.jit
+    def _doc_attention_tma_kernel(q_desc, k_desc, v_desc, o, tiles, scale_log2, so_t, so_h,
+                                  GROUP: tl.constexpr, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+                                  STAGES: tl.constexpr):
+        tile = tl.program_id(0)
+        head = tl.program_id(1)
+        q_start = tl.load(tiles + 3 * tile)
+        doc_end = tl.load(tiles + 3 * tile + 1)
+        doc_start = tl.load(tiles + 3 * tile + 2)
+        kv_col = (head // GROUP) * D
+        qt = q_desc.load([q_start, head * D])
+        m_i = tl.full([BM], float("-inf"), tl.float32)
+        l_i = tl.zeros([BM], tl.float32)
+        acc = tl.zeros([BM, D], tl.float32)
+        for n0 in tl.range(doc_start, doc_end, BN, num_stages=STAGES):
+            kt = k_desc.load([n0, kv_col])
+            s = tl.dot(qt, tl.trans(kt)) * scale_log2  # log2-scaled scores: exp2 below
+            col_ok = (n0 + tl.arange(0, BN)) < doc_end
+            s = tl.where(col_ok[None, :], s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            alpha = tl.exp2(m_i - m_new)
+            p = tl.exp2(s - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(p, 1)
+            vt = v_desc.load([n0, kv_col])
+            acc = acc * alpha[:, None] + tl.dot(p.to(vt.dtype), vt)
+            m_i = m_new
+        out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]  # 0 only in a table's empty tiles
+        rows = q_start + tl.arange(0, BM)
+        d = tl.arange(0, D)[None, :]
+        tl.store(o + rows.to(tl.int64)[:, None] * so_t + head.to(tl.int64) * so_h + d, out.to(o.dtype.element_ty),
+                 mask=(rows < doc_end)[:, None])
+
+
 available = kernels_can_run  # whether this kernel can run on a device
+
+
+@functools.cache
+def tma_loads(device: torch.device) -> bool:
+    """Whether the GPU has TMA (Hopper and later) and this Triton has host tensor descriptors,
+    unless `CHORUS_TMA_ATTENTION=0` (pointer loads everywhere)."""
+    return (triton is not None and TensorDescriptor is not None and device.type == "cuda"
+            and os.environ.get("CHORUS_TMA_ATTENTION", "") != "0"
+            and torch.cuda.get_device_capability(device)[0] >= 9)
+
+
+def tma_stages(rows: int) -> int:
+    return next(stages for most_rows, stages in TMA_STAGES if rows <= most_rows)
+
+
+def _descriptor_fits(x: torch.Tensor) -> bool:
+    """Whether (S, H, D) can be read as 2D rows of H * D through a tensor descriptor."""
+    return x.stride(1) == x.shape[2] and x.data_ptr() % 16 == 0 and x.stride(0) * x.element_size() % 16 == 0
+
+
+def _rows_desc(x: torch.Tensor, block_rows: int):
+    """(S, H, D) with head stride D -> a descriptor over the 2D (S, H * D), tiles of one head."""
+    s, h, d = x.shape
+    return TensorDescriptor(x, [s, h * d], [x.stride(0), 1], [block_rows, d])
 
 
 def tile_table(doc_lens: list[int], block_m: int = BLOCK_M, tiles: int | None = None) -> torch.Tensor:
@@ -101,9 +178,12 @@ def max_tiles(num_docs: int, max_rows: int, block_m: int = BLOCK_M) -> int:
 
 def attend(tiles: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
            out: torch.Tensor | None = None, *, block_m: int = BLOCK_M, block_n: int = BLOCK_N,
-           num_warps: int = NUM_WARPS, num_stages: int = NUM_STAGES) -> torch.Tensor:
+           num_warps: int = NUM_WARPS, num_stages: int | None = None, tma: bool | None = None) -> torch.Tensor:
     """q (S, Hq, D), k and v (S, Hkv, D) (any row and head strides, unit last stride) ->
-    (S, Hq, D): each row attends to the rows of its document, as `tiles` lays them out."""
+    (S, Hq, D): each row attends to the rows of its document, as `tiles` lays them out.
+    `tma`: load through tensor descriptors (default: above `POINTER_ROWS` rows where the GPU
+    has TMA and q, k and v have head stride D and 16-byte aligned rows); `num_stages`
+    default: by loads and rows."""
     seq, hq, dim = q.shape
     hkv = k.shape[1]
     if out is None:
@@ -111,10 +191,20 @@ def attend(tiles: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
     if seq == 0 or tiles.shape[0] == 0:
         return out
     assert q.stride(2) == k.stride(2) == v.stride(2) == out.stride(2) == 1 and hq % hkv == 0
+    scale_log2 = float(scale * math.log2(math.e))
+    if tma is None:
+        tma = seq > POINTER_ROWS and tma_loads(q.device) and all(_descriptor_fits(x) for x in (q, k, v))
+    if tma:
+        _doc_attention_tma_kernel[(tiles.shape[0], hq)](
+            _rows_desc(q, block_m), _rows_desc(k, block_n), _rows_desc(v, block_n), out, tiles, scale_log2,
+            out.stride(0), out.stride(1), GROUP=hq // hkv, D=dim, BM=block_m, BN=block_n,
+            STAGES=num_stages or tma_stages(seq), num_warps=num_warps,
+        )
+        return out
     _doc_attention_kernel[(tiles.shape[0], hq)](
-        q, k, v, out, tiles, float(scale * math.log2(math.e)),
+        q, k, v, out, tiles, scale_log2,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), out.stride(0), out.stride(1),
-        GROUP=hq // hkv, D=dim, BM=block_m, BN=block_n, num_warps=num_warps, num_stages=num_stages,
+        GROUP=hq // hkv, D=dim, BM=block_m, BN=block_n, num_warps=num_warps, num_stages=num_stages or NUM_STAGES,
     )
     return out
 
@@ -123,12 +213,14 @@ class TritonPlan:
     """One step's tile table on the device, and the attention over it (`run`, as FlashInfer's
     wrappers are called)."""
 
-    def __init__(self, tiles: torch.Tensor, scale: float):
+    def __init__(self, tiles: torch.Tensor, scale: float, tma: bool = False):
         self.tiles = tiles
         self.scale = scale
+        self.tma = tma
 
     def run(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        return attend(self.tiles, q, k, v, self.scale, out)
+        # with TMA: for enough rows, where the operands fit a descriptor (`attend` decides)
+        return attend(self.tiles, q, k, v, self.scale, out, tma=None if self.tma else False)
 
 
 def _to_device(table: torch.Tensor, device: torch.device, dst: torch.Tensor | None = None) -> torch.Tensor:
@@ -147,12 +239,13 @@ class TritonAttention:
 
     name = "triton"
 
-    def __init__(self, device: torch.device, scale: float):
+    def __init__(self, device: torch.device, scale: float, tma: bool | None = None):
         self.device = torch.device(device)
         self.scale = scale
+        self.tma = tma_loads(self.device) if tma is None else tma  # else pointer loads
 
     def plan(self, doc_lens: list[int]) -> TritonPlan:
-        return TritonPlan(_to_device(tile_table(doc_lens), self.device), self.scale)
+        return TritonPlan(_to_device(tile_table(doc_lens), self.device), self.scale, self.tma)
 
     def attend(self, plan: TritonPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                out: torch.Tensor | None = None) -> torch.Tensor:
@@ -169,7 +262,7 @@ class TritonGraphPlanner:
     def __init__(self, attn: TritonAttention, num_docs: int, max_rows: int):
         self.num_docs, self.max_rows = num_docs, max_rows
         self.tiles = torch.zeros(max_tiles(num_docs, max_rows), 3, dtype=torch.int32, device=attn.device)
-        self._plan = TritonPlan(self.tiles, attn.scale)
+        self._plan = TritonPlan(self.tiles, attn.scale, attn.tma)
         self._layout: tuple[int, ...] | None = None
 
     def plan(self, doc_lens: list[int]) -> TritonPlan:
