@@ -10,11 +10,11 @@ in turn; and the relative difference of (b)'s hidden states from (a)'s. The per-
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 
 import torch
+
+from bench.sweeps import cuda_sweep_parser, run_cuda_sweep
 
 LINE = (20, 250, 2.0)  # (words, target frames, guidance): a 10 s line
 LAYOUTS = {"fast_start": [(8, 50, 2.0)], "lone": [LINE], "three": [LINE] * 3, "eight": [LINE] * 8}
@@ -72,18 +72,10 @@ def run(checkpoint: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.attention_ab", description=__doc__.splitlines()[0])
+    p = cuda_sweep_parser("bench.attention_ab", __doc__)
     p.add_argument("--checkpoint", required=True, help="a full-size checkpoint (`chorus make-checkpoint --size full`)")
-    p.add_argument("--out", default=None)
     args = p.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("python -m bench.attention_ab needs a CUDA GPU", file=sys.stderr)
-        return 2
-    result = run(args.checkpoint)
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1)
-    return 0
+    return run_cuda_sweep(p.prog, lambda: run(args.checkpoint), args.out)
 
 
 if __name__ == "__main__":
