@@ -276,12 +276,18 @@ class TritonGraphPlanner:
 def check(device, dtype: torch.dtype, num_q_heads: int, num_kv_heads: int, head_dim: int,
           doc_lens: tuple[int, ...] = (287, 250, 1, 70)) -> float:
     """Relative error of the kernel against per-document SDPA in float32 on random data
-    (half-precision rounding is about 4e-3 in bfloat16); raises when the kernel cannot run."""
+    (half-precision rounding is about 4e-3 in bfloat16), the larger of its two loads where the
+    device has TMA; raises when the kernel cannot run."""
     gen = torch.Generator(device="cpu").manual_seed(2)
     seq, scale = sum(doc_lens), head_dim**-0.5
     q, k, v = (torch.randn(seq, h, head_dim, generator=gen) for h in (num_q_heads, num_kv_heads, num_kv_heads))
     ref_attn = TorchAttention(scale)
     ref = ref_attn.attend(ref_attn.plan(list(doc_lens)), q, k, v)
-    attn = TritonAttention(device, scale)
-    out = attn.attend(attn.plan(list(doc_lens)), *(t.to(device, dtype) for t in (q, k, v))).float().cpu()
-    return float((out - ref).norm() / ref.norm())
+    device = torch.device(device)
+    tiles = _to_device(tile_table(list(doc_lens)), device)
+    qd, kd, vd = (t.to(device, dtype) for t in (q, k, v))
+    errors = []
+    for tma in (False, True) if tma_loads(device) else (False,):
+        out = attend(tiles, qd, kd, vd, scale, tma=tma).float().cpu()
+        errors.append(float((out - ref).norm() / ref.norm()))
+    return max(errors)
