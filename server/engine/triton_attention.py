@@ -48,8 +48,8 @@ except Exception:  # noqa: BLE001
 # layer's call replayed in a CUDA graph; `python -m bench.attention_sweep --tma`): pointer
 # loads 4.9 vs 7.4 us at 135 rows, 10.4 vs 10.8 at 537, 18.6 vs 18.1 at 1611, 45.8 vs 42.2 at
 # 4296; TMA loads 16.2 at 1611 (two stages) and 40.0 at 4296 (three). In whole graphed
-# forwards (`python -m bench.attention_ab`) TMA took 1.587k-row steps 3.96 -> 3.79 ms and
-# 4.2k-row ones 9.22 -> 9.07, lost 3% at 117 rows and tied at 529: pointers up to 1024 rows.
+# forwards (`python -m bench.attention_ab`) TMA took 1587-row steps 3.96 -> 3.79 ms and
+# 4234-row ones 9.22 -> 9.07, lost 3% at 117 rows and tied at 529: pointers up to 1024 rows.
 BLOCK_M = 64
 BLOCK_N = 64
 NUM_WARPS = 4
@@ -94,7 +94,6 @@ if triton is not None:
         out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]  # 0 only in a table's empty tiles
         tl.store(o + rows.to(tl.int64)[:, None] * so_t + head * so_h + d, out.to(o.dtype.element_ty),
                  mask=row_ok[:, None])
-
 
     @triton.jit
     def _doc_attention_tma_kernel(q_desc, k_desc, v_desc, o, tiles, scale_log2, so_t, so_h,
