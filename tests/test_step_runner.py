@@ -3,6 +3,7 @@ launched step it hands back (moved here from test_engine_scheduling.py with the 
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from server.engine.request import RequestState, build_utterance, packed_len_of, plan_request
@@ -72,3 +73,38 @@ def test_run_isolates_a_failing_item_and_steps_the_rest_once(model):
     revealed = {u.state.request_id: int((u.item.tokens != mask_id).sum()) for u in utts}
     assert revealed["r3"] == 0  # the failed item's canvas is untouched
     assert all(revealed[r] == utts[0].schedule[0] for r in ("r0", "r1", "r2", "r4"))
+
+
+class _WarmingBackbone:
+    """A backbone whose start-up step of `tokens` rows does what it is told."""
+
+    def __init__(self, outcome):
+        self.outcome, self.calls = outcome, []
+
+    def warm_eager(self, tokens: int) -> bool:
+        self.calls.append(tokens)
+        if isinstance(self.outcome, BaseException):
+            raise self.outcome
+        return self.outcome
+
+
+def test_the_start_up_step_runs_at_the_step_limit_and_an_out_of_memory_caps_steps(monkeypatch):
+    from server.engine.runner import StepRunner
+
+    monkeypatch.delenv("CHORUS_EAGER_WARMUP", raising=False)
+    ran = StepRunner(_WarmingBackbone(True), None, torch.device("cpu"), 6000)
+    ran.warm_largest_step()
+    assert ran.backbone.calls == [6000] and ran.oom_cap is None
+    # out of memory at start: steps begin capped at half, as after an out-of-memory step
+    short = StepRunner(_WarmingBackbone(torch.OutOfMemoryError("CUDA out of memory")), None,
+                       torch.device("cpu"), 6000)
+    short.warm_largest_step()
+    assert short.oom_cap == 3000
+    # anything else would fail the first large step too: it fails the start instead
+    broken = StepRunner(_WarmingBackbone(ValueError("bad kernel")), None, torch.device("cpu"), 6000)
+    with pytest.raises(ValueError, match="bad kernel"):
+        broken.warm_largest_step()
+    monkeypatch.setenv("CHORUS_EAGER_WARMUP", "0")
+    off = StepRunner(_WarmingBackbone(True), None, torch.device("cpu"), 6000)
+    off.warm_largest_step()
+    assert off.backbone.calls == []

@@ -321,12 +321,13 @@ class FusedBackbone:
         if tokens <= self.graph_max_tokens or self.device.type != "cuda":
             return False
         docs = [tokens - tokens // 2, tokens // 2]
-        ids = torch.full((self.num_codebooks, tokens), self.mask_id, dtype=torch.long, device=self.device)
-        mask = torch.ones(tokens, dtype=torch.bool, device=self.device)
-        pos = torch.cat([torch.arange(n, device=self.device) for n in docs])
-        hidden = self._layers(self._embed(ids, mask), pos, self.attention.plan(docs))
-        F.linear(hidden[: docs[1]], self.model.audio_heads.weight)
-        torch.cuda.synchronize(self.device)
+        with torch.cuda.device(self.device):
+            ids = torch.full((self.num_codebooks, tokens), self.mask_id, dtype=torch.long, device=self.device)
+            mask = torch.ones(tokens, dtype=torch.bool, device=self.device)
+            pos = torch.cat([torch.arange(n, device=self.device) for n in docs])
+            hidden = self._layers(self._embed(ids, mask), pos, self.attention.plan(docs))
+            F.linear(hidden[: docs[1]], self.model.audio_heads.weight)
+            torch.cuda.synchronize(self.device)
         return True
 
 

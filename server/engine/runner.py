@@ -132,14 +132,12 @@ class StepRunner:
         kernels built, memory reserved), unless `CHORUS_EAGER_WARMUP=0`; where it runs out of
         memory, steps start capped at half of it, as after an out-of-memory step."""
         warm = getattr(self.backbone, "warm_eager", None)
-        if warm is None or self.device.type != "cuda" or os.environ.get("CHORUS_EAGER_WARMUP", "") == "0":
+        if warm is None or os.environ.get("CHORUS_EAGER_WARMUP", "") == "0":
             return
         t = time.perf_counter()
         try:
-            with torch.cuda.device(self.device):
-                if warm(self.max_packed_tokens):
-                    log.info("eager step of %d tokens warmed in %.2f s", self.max_packed_tokens,
-                             time.perf_counter() - t)
+            if warm(self.max_packed_tokens):
+                log.info("eager step of %d tokens warmed in %.2f s", self.max_packed_tokens, time.perf_counter() - t)
         except Exception as exc:
             if not is_oom(exc):  # anything else would fail the first large step too: say so now
                 raise
