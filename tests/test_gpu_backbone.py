@@ -137,7 +137,6 @@ def test_fp8_fused_activation_quantisation_changes_nothing_but_rounding(models):
         assert result["finite"] and result["rel_l2"] < 0.1 * fp8_error, (result, fp8_error)
 
 
-
 # In a fresh process, so that no earlier test has built any variant of the kernels.
 FRESH_PROCESS_WARM_UP = textwrap.dedent("""
     import dataclasses, sys
@@ -153,7 +152,7 @@ FRESH_PROCESS_WARM_UP = textwrap.dedent("""
     def built():
         kernels = (embed_merge._embed_merge_kernel, qk_norm_rope._qk_norm_rope_kernel,
                    qk_norm_rope._qk_norm_rope_tokens_kernel, split_k._split_add_rmsnorm_kernel,
-                   triton_attention._doc_attention_kernel)
+                   triton_attention._doc_attention_kernel, triton_attention._doc_attention_tma_kernel)
         # each device's cache entry starts with its dict of compiled kernels
         return {k.fn.__name__: sum(len(entry[0]) for entry in k.device_caches.values()) for k in kernels}
 
