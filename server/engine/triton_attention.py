@@ -61,6 +61,17 @@ TMA_STAGES = ((2048, 2), (1 << 62, 3))  # (up to this many rows, pipeline stages
 if triton is not None:
 
     @triton.jit
+    def _softmax_block(s, col_ok, m_i, l_i):
+        """One key block's log2-scaled scores `s` into the online softmax (keys past the
+        document's end dropped): its weights, the rescale of what came before, the new row
+        maxima and sums. Both kernels below take it, in the same place of their loop."""
+        s = tl.where(col_ok[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        return p, alpha, m_new, l_i * alpha + tl.sum(p, 1)
+
+    @triton.jit
     def _doc_attention_kernel(q, k, v, o, tiles, scale_log2,
                               sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, so_t, so_h,
                               GROUP: tl.constexpr, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
@@ -83,14 +94,9 @@ if triton is not None:
             cols64 = cols.to(tl.int64)[:, None]
             kt = tl.load(k + cols64 * sk_t + kv_head * sk_h + d, mask=col_ok[:, None], other=0.0)
             s = tl.dot(qt, tl.trans(kt)) * scale_log2  # log2-scaled scores: exp2 below
-            s = tl.where(col_ok[None, :], s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            alpha = tl.exp2(m_i - m_new)
-            p = tl.exp2(s - m_new[:, None])
-            l_i = l_i * alpha + tl.sum(p, 1)
+            p, alpha, m_i, l_i = _softmax_block(s, col_ok, m_i, l_i)
             vt = tl.load(v + cols64 * sv_t + kv_head * sv_h + d, mask=col_ok[:, None], other=0.0)
             acc = acc * alpha[:, None] + tl.dot(p.to(vt.dtype), vt)
-            m_i = m_new
         out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]  # 0 only in a table's empty tiles
         tl.store(o + rows.to(tl.int64)[:, None] * so_t + head * so_h + d, out.to(o.dtype.element_ty),
                  mask=row_ok[:, None])
@@ -112,15 +118,9 @@ if triton is not None:
         for n0 in tl.range(doc_start, doc_end, BN, num_stages=STAGES):
             kt = k_desc.load([n0, kv_col])
             s = tl.dot(qt, tl.trans(kt)) * scale_log2  # log2-scaled scores: exp2 below
-            col_ok = (n0 + tl.arange(0, BN)) < doc_end
-            s = tl.where(col_ok[None, :], s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            alpha = tl.exp2(m_i - m_new)
-            p = tl.exp2(s - m_new[:, None])
-            l_i = l_i * alpha + tl.sum(p, 1)
+            p, alpha, m_i, l_i = _softmax_block(s, (n0 + tl.arange(0, BN)) < doc_end, m_i, l_i)
             vt = v_desc.load([n0, kv_col])
             acc = acc * alpha[:, None] + tl.dot(p.to(vt.dtype), vt)
-            m_i = m_new
         out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]  # 0 only in a table's empty tiles
         rows = q_start + tl.arange(0, BM)
         d = tl.arange(0, D)[None, :]
