@@ -14,6 +14,7 @@ import json
 
 import torch
 
+from bench.forward import cuda_ms
 from bench.sweeps import cuda_sweep_parser, run_cuda_sweep
 
 LINE = (20, 250, 2.0)  # (words, target frames, guidance): a 10 s line
@@ -23,18 +24,8 @@ VARIANTS = (("pointers_1024", 1024, False), ("tma_4608", 4608, True),
 
 
 def forward_ms(backbone, canvas, reps: int = 60) -> float:
-    for _ in range(5):
-        backbone.hidden_states(canvas)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        backbone.hidden_states(canvas)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return round(sorted(times)[reps // 2], 4)
+    """Median ms of the step's forward as the engine runs it (planning, copies, graph replay)."""
+    return cuda_ms(lambda: backbone.hidden_states(canvas), warmup=5, iters=reps)["median"]
 
 
 def run(checkpoint: str) -> dict:
