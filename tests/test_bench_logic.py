@@ -101,7 +101,7 @@ def test_chorus_bench_cli_help_and_cpu_refusal():
 
 
 @pytest.mark.parametrize("command", [["bench.attention_sweep"], ["bench.epilogue_sweep"], ["bench.small_gemm_sweep"],
-                                     ["bench.tma_sweep"], ["bench.split_k_sweep"],
+                                     ["bench.tma_sweep"], ["bench.split_k_sweep"], ["bench.split_kv_sweep"],
                                      ["bench.lanes", "--checkpoint", "nowhere"],
                                      ["bench.gc_pauses", "--checkpoint", "nowhere"]])
 def test_cuda_sweeps_refuse_a_machine_without_cuda(command):
@@ -111,6 +111,31 @@ def test_cuda_sweeps_refuse_a_machine_without_cuda(command):
         pytest.skip("a GPU is here: the sweep would run")
     run = subprocess.run([sys.executable, "-m", *command], capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and "CUDA" in run.stderr
+
+
+def test_split_kv_table_covers_each_document_s_keys_once_per_tile():
+    from itertools import pairwise
+
+    from bench.split_kv_sweep import split_table
+
+    docs = [287, 250, 1, 64, 65]
+    table, slots, most = split_table(docs, block_m=64, block_n=64, max_blocks=2)
+    rows = table.tolist()
+    assert (slots, most) == (5 + 4, 3)  # the 287 doc's 5 tiles and the 250 doc's 4 split, in 3 and 2 parts
+    starts = [0, 287, 537, 538, 602]
+    for start, n in zip(starts, docs):
+        tiles = sorted({r[0] for r in rows if r[1] == start + n})
+        assert tiles == list(range(start, start + n, 64))
+        for q in tiles:
+            parts = [r for r in rows if r[0] == q and r[1] == start + n]
+            spans = sorted((r[2], r[3]) for r in parts)
+            assert spans[0][0] == start and spans[-1][1] == start + n
+            assert all(a[1] == b[0] for a, b in pairwise(spans))  # contiguous, no overlap
+            assert all(hi - lo <= 2 * 64 for lo, hi in spans)
+            assert {r[6] for r in parts} == {len(parts)} and sorted(r[5] for r in parts) == list(range(len(parts)))
+            assert len({r[4] for r in parts}) == 1 and (parts[0][4] == -1) == (len(parts) == 1)
+    unsplit, slots, most = split_table(docs, 64, 64, max_blocks=0)
+    assert (slots, most) == (0, 1) and all(r[4] == -1 and r[6] == 1 for r in unsplit.tolist())
 
 
 def test_bench_graph_limit_must_be_a_histogram_bucket(capsys):
