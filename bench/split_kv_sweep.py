@@ -21,6 +21,7 @@ import math
 
 import torch
 
+from bench.attention_sweep import HKV, HQ, LAYOUTS as SWEEP_LAYOUTS, D
 from bench.sweeps import cuda_sweep_parser, per_call_us, run_cuda_sweep
 
 try:
@@ -29,18 +30,13 @@ try:
 except Exception:  # noqa: BLE001
     triton = None
 
-LAYOUTS = {
-    "fast_start_135": [85, 50],
-    "lone_537": [287, 250],
-    "lone_bucket_544": [287, 250, 1, 1, 5],
-    "two_1074": [287, 250] * 2,
-    "three_1611": [287, 250] * 3,
-    "eight_4296": [287, 250] * 8,
-}
-HQ, HKV, D = 16, 8, 128
+LAYOUTS = {name: SWEEP_LAYOUTS[name] for name in ("fast_start_135", "lone_537", "lone_bucket_544")}
+LAYOUTS |= {"two_1074": [287, 250] * 2} | {name: SWEEP_LAYOUTS[name] for name in ("three_1611", "eight_4296")}
 COLUMNS = 7  # query start, document end, key start, key end, merge slot (-1: alone), part, parts
 
 if triton is not None:
+    from server.engine.triton_attention import _softmax_block  # the engine kernels' online-softmax step
+
     COLUMNS_C = tl.constexpr(COLUMNS)
 
     @triton.jit
@@ -73,12 +69,7 @@ if triton is not None:
             cols64 = cols.to(tl.int64)[:, None]
             kt = tl.load(k + cols64 * sk_t + kv_head * sk_h + d, mask=col_ok[:, None], other=0.0)
             s = tl.dot(qt, tl.trans(kt)) * scale_log2
-            s = tl.where(col_ok[None, :], s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            alpha = tl.exp2(m_i - m_new)
-            p = tl.exp2(s - m_new[:, None])
-            l_i = l_i * alpha + tl.sum(p, 1)
-            m_i = m_new
+            p, alpha, m_i, l_i = _softmax_block(s, col_ok, m_i, l_i)
             vt = tl.load(v + cols64 * sv_t + kv_head * sv_h + d, mask=col_ok[:, None], other=0.0)
             if FUSED_ACC:
                 acc = tl.dot(p.to(vt.dtype), vt, acc * alpha[:, None])
