@@ -13,7 +13,11 @@ what cheaper steps alone can reach. At a fixed load (arrivals scaled with capaci
 scales with the step's cost, so `scale_for_target` is the step cost, as a share of today's, at
 which the model's p95 meets `--target-ms`. `--caps 4,8` also simulates steps of at most that
 many requests, the rest waiting first come first served: whether a scheduler that shares less
-would do better with the same step costs.
+would do better with the same step costs. `--rates 18.5,19.7` also predicts the p50/p95 at other
+arrival rates on the same step costs: runs whose throughput scenario measured a few percent
+apart load their Poisson scenario that much apart, and near capacity the p95 follows the rate
+steeply. `capacity_req_per_s` is how many 10 s lines a second the GPU finishes at most, every
+step full: sharing (as many lines as `--max-packed-tokens` holds) and under each cap.
 """
 
 from __future__ import annotations
@@ -77,6 +81,11 @@ def simulate(rate_per_s: float, cost: StepCost, tokens_per_request: int, num_ste
     return latencies
 
 
+def capacity(cost: StepCost, tokens_per_request: int, lines_per_step: int, num_step: int = 32) -> float:
+    """Requests a second the GPU finishes with every step holding `lines_per_step` of them."""
+    return lines_per_step / (num_step * cost(lines_per_step * tokens_per_request) / 1000.0)
+
+
 def model_inputs(result: dict) -> dict:
     """Step costs, request size and the Poisson scenario's rate from a `chorus bench` result."""
     rows = result["forward"]["rows"]
@@ -99,7 +108,7 @@ def model_inputs(result: dict) -> dict:
 
 
 def predict(result: dict, target_ms: float = 250.0, seconds: float = 600.0, seed: int = 0,
-            caps: tuple[int, ...] = ()) -> dict:
+            caps: tuple[int, ...] = (), rates: tuple[float, ...] = (), max_packed_tokens: int = 32768) -> dict:
     inputs = model_inputs(result)
     cost, tokens, rate, extra = inputs["cost"], inputs["tokens_per_request"], inputs["rate_per_s"], inputs["extra_ms"]
     lat = simulate(rate, cost, tokens, extra_ms=extra, seconds=seconds, seed=seed)
@@ -117,12 +126,26 @@ def predict(result: dict, target_ms: float = 250.0, seconds: float = 600.0, seed
         "scale_for_target": round(scale, 3) if scale is not None else None,
         "capped_first_audio_ms": {str(cap): _p50_p95(simulate(rate, cost, tokens, extra_ms=extra, seconds=seconds,
                                                               seed=seed, max_running=cap)) for cap in caps},
+        "first_audio_ms_at_rates": {str(r): _p50_p95(simulate(r, cost, tokens, extra_ms=extra, seconds=seconds,
+                                                              seed=seed)) for r in rates},
+        "capacity_req_per_s": {"sharing": round(capacity(cost, tokens, max(1, max_packed_tokens // tokens)), 1)}
+        | {str(cap): round(capacity(cost, tokens, cap), 1) for cap in caps},
         "commit": result.get("summary", {}).get("commit"),
     }
 
 
 def _p50_p95(latencies: list[float]) -> dict:
     return {"p50": round(percentile(latencies, 50), 1), "p95": round(percentile(latencies, 95), 1)}
+
+
+def _rates(text: str) -> tuple[float, ...]:
+    try:
+        rates = tuple(float(r) for r in text.split(",") if r.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of arrival rates: {text!r} (e.g. 18.5,19.7)") from None
+    if any(not r > 0 for r in rates):
+        raise argparse.ArgumentTypeError("each rate must be above 0 requests a second")
+    return rates
 
 
 def _caps(text: str) -> tuple[int, ...]:
@@ -143,10 +166,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--caps", type=_caps, default=(), help="comma-separated limits of requests per step to "
                    "simulate beside sharing (first come first served past the limit), e.g. 4,8,16")
+    p.add_argument("--rates", type=_rates, default=(), help="comma-separated arrival rates (requests a second) "
+                   "to predict beside the run's own, on its step costs, e.g. 18.5,19.7")
+    p.add_argument("--max-packed-tokens", type=int, default=32768, help="the engine's step budget, for the "
+                   "sharing capacity (default 32768)")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     emit_report(predict(json.loads(Path(args.result).read_text()), args.target_ms, args.seconds, args.seed,
-                        args.caps), args.out)
+                        args.caps, args.rates, args.max_packed_tokens), args.out)
     return 0
 
 

@@ -63,3 +63,34 @@ def test_predict_on_a_committed_bench_result():
     capped = out["capped_first_audio_ms"]
     assert capped[str(10**6)] == {"p50": round(pred["p50"], 1), "p95": round(pred["p95"], 1)}
     assert capped["4"]["p95"] > 0
+
+
+def test_capacity_is_lines_per_step_over_their_steps():
+    from bench.queue_model import capacity
+
+    assert capacity(COST, 500, 1, num_step=32) == pytest.approx(1 / (32 * 2.0 / 1000))
+    assert capacity(COST, 500, 8, num_step=32) == pytest.approx(8 / (32 * 9.0 / 1000))
+    assert capacity(COST, 500, 8) > capacity(COST, 500, 2) > capacity(COST, 500, 1)  # fuller steps, cheaper lines
+
+
+def test_rates_predict_the_same_step_costs_at_other_loads():
+    path = Path(__file__).parents[1] / "bench" / "results" / "2026-12-02-h200-bench-43c2287.json"
+    result = json.loads(path.read_text())
+    own = result["server"]["loaded"]["rate_req_per_s"]
+    out = predict(result, seconds=120, caps=(4,), rates=(own * 0.9, own, own * 1.05))
+    at = out["first_audio_ms_at_rates"]
+    pred = out["predicted_first_audio_ms"]
+    assert at[str(own)] == {"p50": pred["p50"], "p95": pred["p95"]}
+    assert at[str(own * 0.9)]["p95"] < pred["p95"] < at[str(own * 1.05)]["p95"]
+    cap = out["capacity_req_per_s"]
+    assert own < cap["4"] < cap["sharing"]  # four lines a step keep up with the load, with less room
+
+
+def test_rates_option_refuses_nonsense(capsys):
+    from bench.queue_model import main
+
+    for bad in ("0", "19,-1", "fast"):
+        with pytest.raises(SystemExit) as exc:
+            main(["unused.json", "--rates", bad])
+        assert exc.value.code == 2
+    assert "--rates" in capsys.readouterr().err
