@@ -15,7 +15,7 @@ import json
 import torch
 
 from bench.forward import cuda_ms
-from bench.sweeps import cuda_sweep_parser, run_cuda_sweep
+from bench.sweeps import run_checkpoint_sweep
 
 LINE = (20, 250, 2.0)  # (words, target frames, guidance): a 10 s line
 LAYOUTS = {"fast_start": [(8, 50, 2.0)], "lone": [LINE], "three": [LINE] * 3, "eight": [LINE] * 8}
@@ -63,10 +63,7 @@ def run(checkpoint: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = cuda_sweep_parser("bench.attention_ab", __doc__)
-    p.add_argument("--checkpoint", required=True, help="a full-size checkpoint (`chorus make-checkpoint --size full`)")
-    args = p.parse_args(argv)
-    return run_cuda_sweep(p.prog, lambda: run(args.checkpoint), args.out)
+    return run_checkpoint_sweep("bench.attention_ab", __doc__, run, argv)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import statistics
 import sys
 import time
 
-from bench.sweeps import cuda_sweep_parser, run_cuda_sweep
+from bench.sweeps import run_checkpoint_sweep
 
 RUNS = 3
 
@@ -102,10 +102,7 @@ def measure(checkpoint: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = cuda_sweep_parser("bench.gc_pauses", __doc__)
-    p.add_argument("--checkpoint", required=True, help="a full-size checkpoint folder")
-    args = p.parse_args(argv)
-    return run_cuda_sweep(p.prog, lambda: measure(args.checkpoint), args.out)
+    return run_checkpoint_sweep("bench.gc_pauses", __doc__, measure, argv)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from types import SimpleNamespace
 import torch
 
 from bench.forward import cuda_ms
-from bench.sweeps import cuda_sweep_parser, run_cuda_sweep
+from bench.sweeps import run_checkpoint_sweep
 
 # (words of text, target frames, guidance) per request, as `bench.parity.random_items` takes them
 CASES = {
@@ -134,11 +134,8 @@ def sweep(checkpoint: str) -> dict:
             "steps": out}
 
 
-def main(argv=None) -> int:
-    p = cuda_sweep_parser("bench.lanes", __doc__)
-    p.add_argument("--checkpoint", required=True, help="a checkpoint folder (`chorus make-checkpoint --size full`)")
-    args = p.parse_args(argv)
-    return run_cuda_sweep(p.prog, lambda: sweep(args.checkpoint), args.out)
+def main(argv: list[str] | None = None) -> int:
+    return run_checkpoint_sweep("bench.lanes", __doc__, sweep, argv)
 
 
 if __name__ == "__main__":

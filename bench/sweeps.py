@@ -77,3 +77,13 @@ def run_cuda_sweep(prog: str, sweep: Callable[[], dict], out: str | None) -> int
         with open(out, "w") as f:
             json.dump(result, f, indent=1)
     return 0
+
+
+def run_checkpoint_sweep(module: str, doc: str, measure: Callable[[str], dict], argv: list[str] | None) -> int:
+    """`python -m <module>` for a measurement of a checkpoint: `--checkpoint` (required) and
+    `--out`; exit status 2 without a CUDA GPU, else `measure(checkpoint)` written to `--out`."""
+    p = cuda_sweep_parser(module, doc)
+    p.add_argument("--checkpoint", required=True,
+                   help="a full-size checkpoint folder (`chorus make-checkpoint --size full`)")
+    args = p.parse_args(argv)
+    return run_cuda_sweep(p.prog, lambda: measure(args.checkpoint), args.out)
