@@ -43,14 +43,15 @@ def test_a_cap_on_requests_per_step_queues_the_rest_first_come_first_served():
         simulate(50.0, COST, 500, seconds=1, max_running=0)
 
 
-def test_caps_option_refuses_nonsense(capsys):
+@pytest.mark.parametrize(("option", "bads"), [("--caps", ("0", "4,-1", "four")), ("--rates", ("0", "19,-1", "fast"))])
+def test_list_options_refuse_nonsense(capsys, option, bads):
     from bench.queue_model import main
 
-    for bad in ("0", "4,-1", "four"):
+    for bad in bads:
         with pytest.raises(SystemExit) as exc:
-            main(["unused.json", "--caps", bad])
+            main(["unused.json", option, bad])
         assert exc.value.code == 2
-    assert "--caps" in capsys.readouterr().err
+    assert option in capsys.readouterr().err
 
 
 def test_predict_on_a_committed_bench_result():
@@ -84,13 +85,3 @@ def test_rates_predict_the_same_step_costs_at_other_loads():
     assert at[str(own * 0.9)]["p95"] < pred["p95"] < at[str(own * 1.05)]["p95"]
     cap = out["capacity_req_per_s"]
     assert own < cap["4"] < cap["sharing"]  # four lines a step keep up with the load, with less room
-
-
-def test_rates_option_refuses_nonsense(capsys):
-    from bench.queue_model import main
-
-    for bad in ("0", "19,-1", "fast"):
-        with pytest.raises(SystemExit) as exc:
-            main(["unused.json", "--rates", bad])
-        assert exc.value.code == 2
-    assert "--rates" in capsys.readouterr().err
