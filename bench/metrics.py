@@ -14,7 +14,7 @@ SUMMARY_KEYS = (
     "ws_long_first_audio_ms",
     "ws_long_fast_start_first_audio_ms", "ws_throughput_audio_s_per_s", "ws_loaded_p95_first_audio_ms",
     "fp8_throughput_audio_s_per_s", "fp8_token_agreement_vs_bf16", "fp8_logit_rel_error_vs_bf16",
-    "gpu", "dtype", "commit",
+    "fp8_single_10s_ms", "gpu", "dtype", "commit",
 )
 
 
@@ -119,6 +119,7 @@ def build_summary(result: dict) -> dict:
         "fp8_throughput_audio_s_per_s": _get(result, "fp8", "throughput_256", "audio_s_per_s"),
         "fp8_token_agreement_vs_bf16": _get(result, "fp8", "fidelity", "token_agreement_vs_bf16"),
         "fp8_logit_rel_error_vs_bf16": _get(result, "fp8", "fidelity", "logit_rel_error_vs_bf16"),
+        "fp8_single_10s_ms": _get(result, "fp8", "single_10s", "ms", "median"),
         "gpu": meta.get("gpu"),
         "dtype": meta.get("dtype"),
         "commit": meta.get("commit"),

@@ -77,6 +77,7 @@ def test_summary_has_every_key_and_nulls_for_missing_scenarios():
                    "single_10s_fresh_lengths": {"client_first_audio_ms": {"median": 57.0}},
                    "long_60s_fast_start": {"client_first_audio_ms": {"median": 40.0}},
                    "throughput_256": {"audio_s_per_s": 295.0}, "loaded": {"client_first_audio_ms": {"p95": 240.0}}},
+        "fp8": {"throughput_256": {"audio_s_per_s": 400.0}, "single_10s": {"ms": {"median": 52.0}}},
     }
     s = build_summary(doc)
     assert list(s) == list(SUMMARY_KEYS)
@@ -86,6 +87,7 @@ def test_summary_has_every_key_and_nulls_for_missing_scenarios():
     assert s["ws_long_fast_start_first_audio_ms"] == 40.0 and s["ws_long_first_audio_ms"] is None
     assert s["ws_single_fresh_length_first_audio_ms"] == 57.0
     assert s["ws_throughput_audio_s_per_s"] == 295.0 and s["ws_loaded_p95_first_audio_ms"] == 240.0
+    assert s["fp8_throughput_audio_s_per_s"] == 400.0 and s["fp8_single_10s_ms"] == 52.0
 
 
 def test_chorus_bench_cli_help_and_cpu_refusal():
