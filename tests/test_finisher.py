@@ -5,7 +5,6 @@ from __future__ import annotations
 import queue
 
 import numpy as np
-import pytest
 import torch
 from omnivoice.models.omnivoice import OmniVoiceGenerationConfig
 from omnivoice.utils.audio import cross_fade_chunks
@@ -259,35 +258,5 @@ def test_launching_from_the_engine_thread_can_be_turned_off(monkeypatch):
         finisher.decode("state", 0, torch.zeros((8, 8), dtype=torch.long), None, None, True)
         assert isinstance(results.get(timeout=30), ChunkDecoded)
         assert finisher.launched_decodes == 0 and codec.replayed == [] and len(codec.decoded) == 1
-    finally:
-        finisher.shutdown()
-
-
-@pytest.mark.parametrize("on_device", [True, False])
-def test_a_launched_chunk_is_post_processed_where_its_decode_is_unless_turned_off(monkeypatch, on_device):
-    """A chunk the engine thread launched is post-processed from the decode's own tensor (on the
-    GPU in production; `CHORUS_DEVICE_POSTPROCESS=0`: the host's numpy port), the same samples."""
-    from server.engine import finisher as finisher_module
-    from server.engine.codec import post_process
-
-    if not on_device:
-        monkeypatch.setenv("CHORUS_DEVICE_POSTPROCESS", "0")
-    seen = []
-    real = finisher_module.post_process_on_device
-    monkeypatch.setattr(finisher_module, "post_process_on_device",
-                        lambda audio, *args: seen.append(audio) or real(audio, *args))
-    codec = _LaneCodec()
-    results: queue.Queue = queue.Queue()
-    finisher = _lane_finisher(monkeypatch, codec, results)
-    try:
-        tokens = torch.randint(0, 1024, (8, 8), generator=torch.Generator().manual_seed(3))
-        for rms in (None, 0.05):
-            finisher.decode("state", 0, tokens, None, rms, True)
-            done = results.get(timeout=30)
-            assert isinstance(done, ChunkDecoded) and done.post_processed
-            assert np.array_equal(done.audio, post_process(_audio_for(tokens).numpy(), rms, True, 24000))
-            assert _settled(finisher)
-        assert finisher.launched_decodes == 2 and len(seen) == (2 if on_device else 0)
-        assert all(isinstance(audio, torch.Tensor) for audio in seen)
     finally:
         finisher.shutdown()

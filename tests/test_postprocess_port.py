@@ -10,12 +10,11 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 from omnivoice.models.omnivoice import OmniVoice, OmniVoiceGenerationConfig
 from omnivoice.utils import audio as reference_audio
 
-from server.engine import postprocess as port, postprocess_device
+from server.engine import postprocess as port
 from server.engine.codec import join_and_post_process, post_process
 from tests.conftest import make_reference_clip
 
@@ -234,65 +233,3 @@ def test_fade_and_pad_lengths_are_the_reference_defaults():
     audio = NAMED_CLIPS["speech_2s"]
     assert_identical(port.post_process_audio(audio, 0.2, False, RATE, config.pad_duration, config.fade_duration),
                      port.post_process_audio(audio, 0.2, False, RATE))
-
-
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"))]
-
-
-def device_port(audio: np.ndarray, ref_rms, postprocess: bool, rate: int, device: str):
-    try:
-        out = postprocess_device.post_process_audio(torch.from_numpy(audio).to(device), ref_rms, postprocess, rate)
-    except Exception as exc:  # noqa: BLE001 - compared with what the host's port raises
-        return type(exc)
-    return out.cpu().numpy()
-
-
-def assert_device_port_matches(audio: np.ndarray, ref_rms, postprocess: bool, device: str, rate: int = RATE) -> None:
-    host = outcome(port.post_process_audio, audio, ref_rms, postprocess, rate)
-    ours = device_port(audio, ref_rms, postprocess, rate, device)
-    if isinstance(host, type):
-        assert ours is host
-    else:
-        assert not isinstance(ours, type), ours
-        assert_identical(ours, host)
-
-
-@pytest.mark.parametrize("device", DEVICES)
-def test_the_device_port_gives_the_host_ports_samples(device):
-    """The port on torch tensors (the GPU's, where the decode is) equals the numpy port, which
-    the tests above hold to the reference: every named clip, every loudness path, both dtypes."""
-    for audio in NAMED_CLIPS.values():
-        for ref_rms in [*REF_RMS, np.float64(0.05)]:
-            for postprocess in (True, False):
-                assert_device_port_matches(audio, ref_rms, postprocess, device)
-
-
-@pytest.mark.parametrize("device", DEVICES)
-def test_the_device_port_on_random_clips_rates_and_stereo(device):
-    rng = np.random.default_rng(77)
-    for i in range(24):
-        parts = []
-        for _ in range(int(rng.integers(1, 8))):
-            ms = int(rng.integers(1, 1600))
-            level = float(rng.choice([0.0, 1e-4, 2e-3, 0.02]))
-            parts.append(speech(ms, seed=i) if rng.random() < 0.5 else silence(ms, level, seed=i))
-        assert_device_port_matches(clip(*parts), [None, 0.03, 0.5][i % 3], i % 4 != 0, device)
-    for rate in (16000, 22050, 44100):
-        audio = clip(silence(300, rate=rate), speech(900, rate=rate), silence(700, rate=rate),
-                     speech(500, seed=2, rate=rate), np.full(7, 0.2, np.float32))
-        assert_device_port_matches(audio, None, True, device, rate)
-    left = clip(silence(400), speech(900), silence(800), speech(300, seed=5), silence(200))[0]
-    stereo = np.stack([left, np.roll(left, 333) * 0.5])
-    for ref_rms in (None, 0.05):
-        assert_device_port_matches(stereo, ref_rms, True, device)
-    assert_device_port_matches(clip(speech(10_000, seed=9)), 0.05, True, device)  # a whole 10 s line
-
-
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(segments, st.sampled_from(REF_RMS), st.booleans(), st.integers(0, 239))
-def test_hypothesis_clips_through_the_device_port(parts, ref_rms, postprocess, extra_samples):
-    pieces = [speech(ms, seed=seed) if kind == "speech" else silence(ms, {"noise": 0.1, "faint": 1e-4}.get(kind, 0.0),
-                                                                          seed=seed)
-              for kind, ms, seed in parts]
-    pieces.append(np.full(extra_samples, 0.01, np.float32))
-    assert_device_port_matches(clip(*pieces), ref_rms, postprocess, "cpu")

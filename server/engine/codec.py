@@ -16,7 +16,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from server.engine import decode_graphs, postprocess_device
+from server.engine import decode_graphs
 from server.engine.decode_graphs import DecodeGraphs
 from server.engine.postprocess import cross_fade_chunks, post_process_audio
 from server.engine.types import RequestRejected, VoicePrompt
@@ -84,13 +84,6 @@ def post_process(audio: np.ndarray, ref_rms: float | None, postprocess: bool, sa
     """The reference's `_post_process_audio` (default fade and pad), sample for sample, as (N,)."""
     out = post_process_audio(audio, ref_rms, postprocess, sample_rate)
     return np.ascontiguousarray(out.squeeze(0), dtype=np.float32)
-
-
-def post_process_on_device(audio: torch.Tensor, ref_rms: float | None, postprocess: bool,
-                           sample_rate: int) -> np.ndarray:
-    """`post_process` of a decode still on its device (`postprocess_device.py`): the same samples."""
-    out = postprocess_device.post_process_audio(audio.float(), ref_rms, postprocess, sample_rate)
-    return np.ascontiguousarray(out.squeeze(0).cpu().numpy(), dtype=np.float32)
 
 
 def join_and_post_process(chunks: list[np.ndarray], ref_rms: float | None, postprocess: bool,

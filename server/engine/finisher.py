@@ -22,11 +22,6 @@ memory behind it) and the lane's thread only waits for it and post-processes: th
 sound no longer waits for a thread to wake before its decode starts (0.3-0.5 ms
 on an H200's host). A busy lane, or a length without a graph on that lane, is decoded by the
 lane's thread as before (`CHORUS_DECODE_LAUNCH=0`: always).
-
-A chunk launched that way is post-processed on the device, where its decode left it
-(`postprocess_device.py`: the same samples; only window sums and the finished clip cross to
-the host), so the first sound does not wait for a cold host core to run the numpy port
-(`CHORUS_DEVICE_POSTPROCESS=0`: the host's port for every chunk).
 """
 
 from __future__ import annotations
@@ -43,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from server.engine.codec import Codec, join_and_post_process, post_process, post_process_on_device
+from server.engine.codec import Codec, join_and_post_process, post_process
 from server.engine.commands import ChunkDecoded, Command, FinishFailed, WholeReady
 from server.engine.request import RequestState
 from server.engine.worker_streams import WorkerStreams, decode_priority, on
@@ -82,8 +77,6 @@ class _Launched:
     done: torch.cuda.Event
     launched_at: float
     read: torch.Tensor  # the device tokens, kept from the allocator until the lane's stream has read them
-    device_audio: torch.Tensor  # the decode on the device: the lane's graph output, valid while it holds the job
-    stream: torch.cuda.Stream  # the lane's
 
 
 class Finisher:
@@ -97,8 +90,6 @@ class Finisher:
         self._lanes_lock = threading.Lock()
         self._streams = WorkerStreams(device, decode_priority())  # ahead of the steps' kernels
         self._launch_here = os.environ.get("CHORUS_DECODE_LAUNCH", "") != "0"
-        # a chunk whose decode the engine thread launched is post-processed on the device
-        self._post_on_device = os.environ.get("CHORUS_DEVICE_POSTPROCESS", "") != "0"
         # wall time of each decode (to the audio on the host) and post-processing job (ms),
         # measured where it ran, for the bench
         self.decode_ms: deque[float] = deque(maxlen=4096)
@@ -217,28 +208,20 @@ class Finisher:
             done = torch.cuda.Event()
             done.record(lane.stream)
         self.launched_decodes += 1
-        return _Launched(host_audio, host_tokens, done, launched_at, tokens, audio, lane.stream)
+        return _Launched(host_audio, host_tokens, done, launched_at, tokens)
 
     def _finish_launched(self, state: RequestState, index: int, launched: _Launched, rms: float | None,
                          postprocess: bool | None) -> None:
-        """On the lane's thread: post-process on the device where the decode left the audio,
-        or (with that off) warm the host's port up if cold while the GPU decodes, then port."""
+        """On the lane's thread: warm up if cold while the GPU decodes, then post-process."""
         try:
-            on_device = postprocess is not None and self._post_on_device
-            if postprocess is not None and not on_device:
+            if postprocess is not None:
                 self._warm_up_if_cold(rms, postprocess)
             self._decoded(launched)
             self._record_decode((time.perf_counter() - launched.launched_at) * 1e3)
-            tokens = launched.tokens.numpy().copy()
-            if on_device:
-                with on(launched.stream), torch.inference_mode():
-                    self._post(post_process_on_device, launched.device_audio, rms, postprocess,
-                               self.codec.sample_rate,
-                               on_done=lambda audio: ChunkDecoded(state, index, tokens, audio, post_processed=True))
-                return
             # what consumers keep is not left in pinned memory (the port writes a new array)
             raw = launched.audio.numpy()
-            self._hand_on(state, index, tokens, raw.copy() if postprocess is None else raw, rms, postprocess)
+            self._hand_on(state, index, launched.tokens.numpy().copy(), raw.copy() if postprocess is None else raw,
+                          rms, postprocess)
         except Exception as exc:  # handed to the engine thread, fails that request
             log.exception("decoding chunk %d failed", index)
             self.deliver(FinishFailed(state, index, exc))

@@ -66,20 +66,8 @@ class _Frames:
             data = np.concatenate([data, pad])
         return _Frames(data, self.rate)
 
-    @property
-    def channels(self) -> int:
-        return self.data.shape[1]
-
     def reversed(self) -> _Frames:
         return _Frames(self.data[::-1], self.rate)
-
-    def joined(self, parts: list[_Frames]) -> _Frames:
-        """The frames of `parts` one after another (pydub's `+` of segments), at this rate."""
-        return _Frames(np.concatenate([part.data for part in parts]), self.rate)
-
-    def nothing(self) -> _Frames:
-        """What joining no segments onto `AudioSegment.silent(0)` gives: no frames, mono."""
-        return _Frames(np.zeros((0, 1), dtype=np.int16), self.rate)
 
     def _energies(self, first: np.ndarray, last: np.ndarray) -> np.ndarray:
         """Exact sums of squares of frames [first, last) for each pair (first < last), from
@@ -108,7 +96,7 @@ class _Frames:
         out = np.zeros(len(s), dtype=np.int64)
         if present.any():
             total = self._energies(first[present], last[present]).astype(np.float64)
-            count = ((e[present] - s[present]) * self.channels).astype(np.float64)
+            count = ((e[present] - s[present]) * self.data.shape[1]).astype(np.float64)
             out[present] = np.sqrt(total / count).astype(np.int64)
         return out
 
@@ -178,27 +166,19 @@ def _trim_edges(frames: _Frames, lead_ms: int, trail_ms: int) -> _Frames:
     return frames.slice(max(0, _leading_silence_ms(frames) - trail_ms), frames.ms).reversed()
 
 
-def check_rate(sample_rate: int) -> None:
-    if sample_rate < _SILENT_SEGMENT_RATE:
-        raise ValueError(f"sample rate {sample_rate} below {_SILENT_SEGMENT_RATE}: pydub would resample")
-
-
-def silence_removed(frames: _Frames, mid_sil: int, lead_sil: int, trail_sil: int) -> _Frames:
-    """The reference's `remove_silence` up to its last step, on int16 frames of any kind."""
-    if mid_sil > 0:
-        kept = _split_on_silence(frames, mid_sil, mid_sil, 10)
-        if not kept:  # joined onto `AudioSegment.silent(0)`: nothing, mono
-            return frames.nothing()
-        frames = frames.joined(kept)
-    return _trim_edges(frames, lead_sil, trail_sil)
-
-
 def _silence_removed_frames(audio: np.ndarray, sample_rate: int, mid_sil: int, lead_sil: int,
                             trail_sil: int) -> np.ndarray:
     """The reference's `remove_silence` up to its last step: int16 frames (N', C')."""
-    check_rate(sample_rate)
+    if sample_rate < _SILENT_SEGMENT_RATE:
+        raise ValueError(f"sample rate {sample_rate} below {_SILENT_SEGMENT_RATE}: pydub would resample")
     samples = (audio * 32768.0).clip(-32768, 32767).astype(np.int16)  # numpy_to_audiosegment
-    return silence_removed(_Frames(samples.T, sample_rate), mid_sil, lead_sil, trail_sil).data
+    frames = _Frames(samples.T, sample_rate)
+    if mid_sil > 0:
+        kept = _split_on_silence(frames, mid_sil, mid_sil, 10)
+        if not kept:  # joined onto `AudioSegment.silent(0)`: nothing, mono
+            return np.zeros((0, 1), dtype=np.int16)
+        frames = _Frames(np.concatenate([seg.data for seg in kept]), sample_rate)
+    return _trim_edges(frames, lead_sil, trail_sil).data
 
 
 def remove_silence(audio: np.ndarray, sampling_rate: int, mid_sil: int = 300, lead_sil: int = 100,
