@@ -198,8 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="run each device's engine in its own process (auto: when serving several GPUs, "
                             "so their step loops do not share one interpreter lock)")
     serve.add_argument("--quantize", choices=["none", "fp8"], default="none",
-                       help="fp8: the layers' projections in FP8 on a Hopper GPU (faster, not bit-exact; "
-                            "fidelity in docs/performance.md); none: the --dtype weights as they are")
+                       help="fp8: the layers' projections in FP8 on a Hopper GPU (more audio per second under "
+                            "load, not a sooner first sound; not bit-exact: fidelity in docs/performance.md); "
+                            "none: the --dtype weights as they are")
     serve.add_argument("--scheduling", choices=["deadline", "fifo"], default="deadline",
                        help="deadline: each step packs the chunks due soonest first (a new request's first "
                             "chunk before chunks far ahead of playback; whole-file requests fill what is left; "
