@@ -35,7 +35,7 @@ LAYOUTS |= {"two_1074": [287, 250] * 2} | {name: SWEEP_LAYOUTS[name] for name in
 COLUMNS = 7  # query start, document end, key start, key end, merge slot (-1: alone), part, parts
 
 if triton is not None:
-    from server.engine.triton_attention import _softmax_block  # the engine kernels' online-softmax step
+    from server.engine.triton_attention import _attend_tile  # the engine kernel's tile and key loop
 
     COLUMNS_C = tl.constexpr(COLUMNS)
 
@@ -54,27 +54,12 @@ if triton is not None:
         slot = tl.load(row + 4)
         part = tl.load(row + 5)
         parts = tl.load(row + 6)
+        h64 = head.to(tl.int64)
+        acc, m_i, l_i = _attend_tile(q, k, v, q_start, doc_end, kv_lo, kv_hi, h64, scale_log2,
+                                     sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, GROUP, D, BM, BN, FUSED_ACC)
         rows = q_start + tl.arange(0, BM)
         row_ok = rows < doc_end
         d = tl.arange(0, D)[None, :]
-        h64 = head.to(tl.int64)
-        kv_head = h64 // GROUP
-        qt = tl.load(q + rows.to(tl.int64)[:, None] * sq_t + h64 * sq_h + d, mask=row_ok[:, None], other=0.0)
-        m_i = tl.full([BM], float("-inf"), tl.float32)
-        l_i = tl.zeros([BM], tl.float32)
-        acc = tl.zeros([BM, D], tl.float32)
-        for n0 in range(kv_lo, kv_hi, BN):
-            cols = n0 + tl.arange(0, BN)
-            col_ok = cols < kv_hi
-            cols64 = cols.to(tl.int64)[:, None]
-            kt = tl.load(k + cols64 * sk_t + kv_head * sk_h + d, mask=col_ok[:, None], other=0.0)
-            s = tl.dot(qt, tl.trans(kt)) * scale_log2
-            p, alpha, m_i, l_i = _softmax_block(s, col_ok, m_i, l_i)
-            vt = tl.load(v + cols64 * sv_t + kv_head * sv_h + d, mask=col_ok[:, None], other=0.0)
-            if FUSED_ACC:
-                acc = tl.dot(p.to(vt.dtype), vt, acc * alpha[:, None])
-            else:
-                acc = acc * alpha[:, None] + tl.dot(p.to(vt.dtype), vt)
         r = tl.arange(0, BM)
         out_ptrs = o + rows.to(tl.int64)[:, None] * so_t + h64 * so_h + d
         if parts == 1:

@@ -64,12 +64,43 @@ if triton is not None:
     def _softmax_block(s, col_ok, m_i, l_i):
         """One key block's log2-scaled scores `s` into the online softmax (keys past the
         document's end dropped): its weights, the rescale of what came before, the new row
-        maxima and sums. Both kernels below take it, in the same place of their loop."""
+        maxima and sums. Both loops below take it, in the same place."""
         s = tl.where(col_ok[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         alpha = tl.exp2(m_i - m_new)
         p = tl.exp2(s - m_new[:, None])
         return p, alpha, m_new, l_i * alpha + tl.sum(p, 1)
+
+    @triton.jit
+    def _attend_tile(q, k, v, q_start, q_end, kv_start, kv_end, head, scale_log2,
+                     sq_t, sq_h, sk_t, sk_h, sv_t, sv_h,
+                     GROUP: tl.constexpr, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+                     FUSED_ACC: tl.constexpr):
+        """By pointer loads, the q tile of rows `q_start`.. (those before `q_end`) of one head
+        against keys `kv_start`..`kv_end` of its kv head: the unnormalised output, the rows'
+        log2-scaled maxima and sums, for the caller to divide or to merge with other key
+        ranges. `FUSED_ACC`: the second product accumulates into the rescaled output."""
+        rows = q_start + tl.arange(0, BM)
+        row_ok = rows < q_end
+        d = tl.arange(0, D)[None, :]
+        kv_head = head // GROUP
+        qt = tl.load(q + rows.to(tl.int64)[:, None] * sq_t + head * sq_h + d, mask=row_ok[:, None], other=0.0)
+        m_i = tl.full([BM], float("-inf"), tl.float32)
+        l_i = tl.zeros([BM], tl.float32)
+        acc = tl.zeros([BM, D], tl.float32)
+        for n0 in range(kv_start, kv_end, BN):
+            cols = n0 + tl.arange(0, BN)
+            col_ok = cols < kv_end
+            cols64 = cols.to(tl.int64)[:, None]
+            kt = tl.load(k + cols64 * sk_t + kv_head * sk_h + d, mask=col_ok[:, None], other=0.0)
+            s = tl.dot(qt, tl.trans(kt)) * scale_log2  # log2-scaled scores: exp2 below
+            p, alpha, m_i, l_i = _softmax_block(s, col_ok, m_i, l_i)
+            vt = tl.load(v + cols64 * sv_t + kv_head * sv_h + d, mask=col_ok[:, None], other=0.0)
+            if FUSED_ACC:
+                acc = tl.dot(p.to(vt.dtype), vt, acc * alpha[:, None])
+            else:
+                acc = acc * alpha[:, None] + tl.dot(p.to(vt.dtype), vt)
+        return acc, m_i, l_i
 
     @triton.jit
     def _doc_attention_kernel(q, k, v, o, tiles, scale_log2,
@@ -80,26 +111,13 @@ if triton is not None:
         q_start = tl.load(tiles + 3 * tile)
         doc_end = tl.load(tiles + 3 * tile + 1)
         doc_start = tl.load(tiles + 3 * tile + 2)
-        rows = q_start + tl.arange(0, BM)
-        row_ok = rows < doc_end
-        d = tl.arange(0, D)[None, :]
-        kv_head = head // GROUP
-        qt = tl.load(q + rows.to(tl.int64)[:, None] * sq_t + head * sq_h + d, mask=row_ok[:, None], other=0.0)
-        m_i = tl.full([BM], float("-inf"), tl.float32)
-        l_i = tl.zeros([BM], tl.float32)
-        acc = tl.zeros([BM, D], tl.float32)
-        for n0 in range(doc_start, doc_end, BN):
-            cols = n0 + tl.arange(0, BN)
-            col_ok = cols < doc_end
-            cols64 = cols.to(tl.int64)[:, None]
-            kt = tl.load(k + cols64 * sk_t + kv_head * sk_h + d, mask=col_ok[:, None], other=0.0)
-            s = tl.dot(qt, tl.trans(kt)) * scale_log2  # log2-scaled scores: exp2 below
-            p, alpha, m_i, l_i = _softmax_block(s, col_ok, m_i, l_i)
-            vt = tl.load(v + cols64 * sv_t + kv_head * sv_h + d, mask=col_ok[:, None], other=0.0)
-            acc = acc * alpha[:, None] + tl.dot(p.to(vt.dtype), vt)
+        acc, _maxima, l_i = _attend_tile(q, k, v, q_start, doc_end, doc_start, doc_end, head, scale_log2,
+                                         sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, GROUP, D, BM, BN, False)
         out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]  # 0 only in a table's empty tiles
+        rows = q_start + tl.arange(0, BM)
+        d = tl.arange(0, D)[None, :]
         tl.store(o + rows.to(tl.int64)[:, None] * so_t + head * so_h + d, out.to(o.dtype.element_ty),
-                 mask=row_ok[:, None])
+                 mask=(rows < doc_end)[:, None])
 
     @triton.jit
     def _doc_attention_tma_kernel(q_desc, k_desc, v_desc, o, tiles, scale_log2, so_t, so_h,
