@@ -104,6 +104,7 @@ def test_chorus_bench_cli_help_and_cpu_refusal():
 
 @pytest.mark.parametrize("command", [["bench.attention_sweep"], ["bench.epilogue_sweep"], ["bench.small_gemm_sweep"],
                                      ["bench.tma_sweep"], ["bench.split_k_sweep"], ["bench.split_kv_sweep"],
+                                     ["bench.row_split_sweep"],
                                      ["bench.attention_ab", "--checkpoint", "nowhere"],
                                      ["bench.lanes", "--checkpoint", "nowhere"],
                                      ["bench.gc_pauses", "--checkpoint", "nowhere"]])
