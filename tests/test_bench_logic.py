@@ -104,7 +104,7 @@ def test_chorus_bench_cli_help_and_cpu_refusal():
 
 @pytest.mark.parametrize("command", [["bench.attention_sweep"], ["bench.epilogue_sweep"], ["bench.small_gemm_sweep"],
                                      ["bench.tma_sweep"], ["bench.split_k_sweep"], ["bench.split_kv_sweep"],
-                                     ["bench.row_split_sweep"],
+                                     ["bench.row_split_sweep"], ["bench.attention_grid_probe"],
                                      ["bench.attention_ab", "--checkpoint", "nowhere"],
                                      ["bench.lanes", "--checkpoint", "nowhere"],
                                      ["bench.gc_pauses", "--checkpoint", "nowhere"]])
@@ -209,3 +209,10 @@ def test_a_sweep_row_times_each_variant_and_checks_it_against_the_default():
                    "w2": {"us": 1.5, "bitwise_equal_to_default": False},
                    "w4": {"us": 2.0, "bitwise_equal_to_default": True}, "best": "w2"}
     assert calls == [1, 2, 4]
+
+
+def test_attention_grid_probe_fits_a_program_s_fixed_and_per_block_cost():
+    from bench.attention_grid_probe import fit_line
+
+    fixed, per_block = fit_line([(1, 4.0), (2, 4.9), (4, 6.7), (8, 10.3)])
+    assert fixed == pytest.approx(3.1, abs=1e-9) and per_block == pytest.approx(0.9, abs=1e-9)

@@ -1,0 +1,83 @@
+"""What a small-step attention call's time is made of: the cost of a program, of each key
+block it walks, and of more programs than the GPU has SMs. (CUDA)
+
+`python -m bench.attention_grid_probe --out probe.json`. The engine's kernel (pointer loads,
+64-row q tiles, 64-key blocks, 16 q / 8 kv heads of 128, bf16), one layer's call replayed 28
+times from a CUDA graph, on `docs` documents of `64 * blocks` rows each: every program then
+walks exactly `blocks` key blocks, and there are `16 * docs * blocks` programs. Holding the
+programs under the GPU's SM count and varying the blocks gives a program's fixed cost and its
+cost per block; holding the blocks and doubling the programs shows how much two programs
+sharing an SM overlap. A lone 10 s line is 144 programs of 4-5 blocks on 132 SMs.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from bench.attention_sweep import HKV, HQ, LAYOUTS, D
+from bench.sweeps import cuda_sweep_parser, per_call_us, run_cuda_sweep
+
+BLOCKS = (1, 2, 4, 5, 8)
+DOCS = (1, 2, 4, 8, 16)
+STAGES = (3, 2)  # the engine's pipeline depth for pointer loads, and one less (less shared memory)
+
+
+def fit_line(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """Least-squares (intercept, slope) of y on x."""
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    slope = sum((x - mx) * (y - my) for x, y in points) / sxx
+    return my - slope * mx, slope
+
+
+def _key(stages: int, blocks: int, programs: int) -> str:
+    return f"s{stages}_blocks{blocks}_programs{programs}"
+
+
+def sweep() -> dict:
+    from server.engine import triton_attention as ta
+
+    torch.manual_seed(0)
+    dev = torch.device("cuda")
+    sms = torch.cuda.get_device_properties(dev).multi_processor_count
+    calls: dict = {}
+    for stages in STAGES:
+        for blocks in BLOCKS:
+            for docs in DOCS:
+                lens = [ta.BLOCK_N * blocks] * docs
+                qkv = torch.randn(sum(lens), HQ + 2 * HKV, D, device=dev, dtype=torch.bfloat16)
+                q, k, v = qkv[:, :HQ], qkv[:, HQ:HQ + HKV], qkv[:, HQ + HKV:]
+                out = torch.empty_like(q)
+                tiles = ta._to_device(ta.tile_table(lens), dev)
+                us = per_call_us(lambda: ta.attend(tiles, q, k, v, D**-0.5, out, tma=False, num_stages=stages))
+                calls[_key(stages, blocks, tiles.shape[0] * HQ)] = us
+                print(stages, blocks, tiles.shape[0] * HQ, us, flush=True)
+    lens = LAYOUTS["lone_537"]  # for comparison: a lone 10 s line's step, at the engine's stages
+    qkv = torch.randn(sum(lens), HQ + 2 * HKV, D, device=dev, dtype=torch.bfloat16)
+    q, k, v = qkv[:, :HQ], qkv[:, HQ:HQ + HKV], qkv[:, HQ + HKV:]
+    out = torch.empty_like(q)
+    tiles = ta._to_device(ta.tile_table(lens), dev)
+    summary: dict = {"sms": sms, "lone_537_programs": tiles.shape[0] * HQ,
+                     "lone_537_us": per_call_us(lambda: ta.attend(tiles, q, k, v, D**-0.5, out, tma=False))}
+    for stages in STAGES:
+        fixed, per_block = fit_line([(b, calls[_key(stages, b, HQ * d * b)]) for b in BLOCKS for d in DOCS
+                                     if HQ * d * b <= sms])
+        doubled = {b: [calls[_key(stages, b, 2 * HQ * d * b)] / calls[_key(stages, b, HQ * d * b)]
+                       for d in DOCS if HQ * d * b <= sms and 2 * d in DOCS] for b in BLOCKS}
+        summary[f"s{stages}"] = {"fixed_us": round(fixed, 2), "per_block_us": round(per_block, 3),
+                                 "time_ratio_twice_the_programs_by_blocks": {
+                                     str(b): round(sum(r) / len(r), 2) for b, r in doubled.items() if r}}
+    meta = {"command": "python -m bench.attention_grid_probe", "gpu": torch.cuda.get_device_name()}
+    return {"summary": summary, "meta": meta, "calls_us": calls}
+
+
+def main(argv=None) -> int:
+    p = cuda_sweep_parser("bench.attention_grid_probe", __doc__)
+    args = p.parse_args(argv)
+    return run_cuda_sweep(p.prog, sweep, args.out)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
