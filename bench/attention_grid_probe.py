@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from bench.attention_sweep import HKV, HQ, LAYOUTS, D
-from bench.sweeps import cuda_sweep_parser, per_call_us, run_cuda_sweep
+from bench.sweeps import per_call_us, run_plain_sweep
 
 BLOCKS = (1, 2, 4, 5, 8)
 DOCS = (1, 2, 4, 8, 16)
@@ -74,9 +74,7 @@ def sweep() -> dict:
 
 
 def main(argv=None) -> int:
-    p = cuda_sweep_parser("bench.attention_grid_probe", __doc__)
-    args = p.parse_args(argv)
-    return run_cuda_sweep(p.prog, sweep, args.out)
+    return run_plain_sweep("bench.attention_grid_probe", __doc__, sweep, argv)
 
 
 if __name__ == "__main__":

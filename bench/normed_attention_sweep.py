@@ -15,7 +15,7 @@ import json
 
 import torch
 
-from bench.sweeps import cuda_sweep_parser, per_call_us, run_cuda_sweep
+from bench.sweeps import per_call_us, run_plain_sweep
 
 LAYOUTS = {
     "fast_start_135": [85, 50],
@@ -83,9 +83,7 @@ def sweep() -> dict:
 
 
 def main(argv=None) -> int:
-    p = cuda_sweep_parser("bench.normed_attention_sweep", __doc__)
-    args = p.parse_args(argv)
-    return run_cuda_sweep(p.prog, sweep, args.out)
+    return run_plain_sweep("bench.normed_attention_sweep", __doc__, sweep, argv)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import json
 import torch
 
 from bench.small_gemm_sweep import SHAPES
-from bench.sweeps import LAYERS, cuda_sweep_parser, per_layer_us, run_cuda_sweep
+from bench.sweeps import LAYERS, per_layer_us, run_plain_sweep
 
 ROWS = (512, 528, 544, 576, 1088, 1152)
 CUTS = ((544, 512), (544, 384), (544, 272), (1088, 1024), (1088, 768))  # (rows, first block's rows)
@@ -69,9 +69,7 @@ def sweep() -> dict:
 
 
 def main(argv=None) -> int:
-    p = cuda_sweep_parser("bench.row_split_sweep", __doc__)
-    args = p.parse_args(argv)
-    return run_cuda_sweep(p.prog, sweep, args.out)
+    return run_plain_sweep("bench.row_split_sweep", __doc__, sweep, argv)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import json
 
 import torch
 
-from bench.sweeps import cuda_sweep_parser, run_cuda_sweep, variant_timings
+from bench.sweeps import run_plain_sweep, variant_timings
 
 CODEBOOKS, VOCAB, MASK_ID = 8, 1025, 1024
 ROWS = (50, 250, 2000, 16000)
@@ -46,9 +46,7 @@ def sweep() -> dict:
 
 
 def main(argv=None) -> int:
-    p = cuda_sweep_parser("bench.sampler_sweep", __doc__)
-    args = p.parse_args(argv)
-    return run_cuda_sweep(p.prog, sweep, args.out)
+    return run_plain_sweep("bench.sampler_sweep", __doc__, sweep, argv)
 
 
 if __name__ == "__main__":

@@ -79,6 +79,14 @@ def run_cuda_sweep(prog: str, sweep: Callable[[], dict], out: str | None) -> int
     return 0
 
 
+def run_plain_sweep(module: str, doc: str, sweep: Callable[[], dict], argv: list[str] | None) -> int:
+    """`python -m <module>` for a sweep with no options but `--out`: exit status 2 without a
+    CUDA GPU, else `sweep()` written to `--out`."""
+    p = cuda_sweep_parser(module, doc)
+    args = p.parse_args(argv)
+    return run_cuda_sweep(p.prog, sweep, args.out)
+
+
 def run_checkpoint_sweep(module: str, doc: str, measure: Callable[[str], dict], argv: list[str] | None) -> int:
     """`python -m <module>` for a measurement of a checkpoint: `--checkpoint` (required) and
     `--out`; exit status 2 without a CUDA GPU, else `measure(checkpoint)` written to `--out`."""

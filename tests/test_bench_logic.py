@@ -104,7 +104,8 @@ def test_chorus_bench_cli_help_and_cpu_refusal():
 
 @pytest.mark.parametrize("command", [["bench.attention_sweep"], ["bench.epilogue_sweep"], ["bench.small_gemm_sweep"],
                                      ["bench.tma_sweep"], ["bench.split_k_sweep"], ["bench.split_kv_sweep"],
-                                     ["bench.row_split_sweep"], ["bench.attention_grid_probe"],
+                                     ["bench.row_split_sweep"], ["bench.attention_grid_probe"], ["bench.sampler_sweep"],
+                                     ["bench.normed_attention_sweep"],
                                      ["bench.attention_ab", "--checkpoint", "nowhere"],
                                      ["bench.lanes", "--checkpoint", "nowhere"],
                                      ["bench.gc_pauses", "--checkpoint", "nowhere"]])
