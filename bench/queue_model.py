@@ -138,24 +138,22 @@ def _p50_p95(latencies: list[float]) -> dict:
     return {"p50": round(percentile(latencies, 50), 1), "p95": round(percentile(latencies, 95), 1)}
 
 
-def _rates(text: str) -> tuple[float, ...]:
-    try:
-        rates = tuple(float(r) for r in text.split(",") if r.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a list of arrival rates: {text!r} (e.g. 18.5,19.7)") from None
-    if any(not r > 0 for r in rates):
-        raise argparse.ArgumentTypeError("each rate must be above 0 requests a second")
-    return rates
+def _list_option(convert, what: str, example: str, valid, rule: str):
+    """An argparse type: comma-separated values, each `convert`ed and `valid`, else a clear error."""
+    def parse(text: str) -> tuple:
+        try:
+            values = tuple(convert(v) for v in text.split(",") if v.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a list of {what}: {text!r} (e.g. {example})") from None
+        if not all(valid(v) for v in values):
+            raise argparse.ArgumentTypeError(rule)
+        return values
+    return parse
 
 
-def _caps(text: str) -> tuple[int, ...]:
-    try:
-        caps = tuple(int(c) for c in text.split(",") if c.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a list of request counts: {text!r} (e.g. 4,8,16)") from None
-    if any(c < 1 for c in caps):
-        raise argparse.ArgumentTypeError("each cap must be at least 1")
-    return caps
+_rates = _list_option(float, "arrival rates", "18.5,19.7", lambda r: r > 0,
+                      "each rate must be above 0 requests a second")
+_caps = _list_option(int, "request counts", "4,8,16", lambda c: c >= 1, "each cap must be at least 1")
 
 
 def main(argv: list[str] | None = None) -> int:
