@@ -36,6 +36,19 @@ def _key(stages: int, blocks: int, programs: int) -> str:
     return f"s{stages}_blocks{blocks}_programs{programs}"
 
 
+def _time_layout(lens: list[int], dev: torch.device, stages: int | None = None):
+    """One layer's call on documents of `lens` rows (random bf16 q/k/v as views of one QKV
+    tensor, as the backbone passes them): its programs, and microseconds a call."""
+    from server.engine import triton_attention as ta
+
+    qkv = torch.randn(sum(lens), HQ + 2 * HKV, D, device=dev, dtype=torch.bfloat16)
+    q, k, v = qkv[:, :HQ], qkv[:, HQ:HQ + HKV], qkv[:, HQ + HKV:]
+    out = torch.empty_like(q)
+    tiles = ta._to_device(ta.tile_table(lens), dev)
+    us = per_call_us(lambda: ta.attend(tiles, q, k, v, D**-0.5, out, tma=False, num_stages=stages))
+    return tiles.shape[0] * HQ, us
+
+
 def sweep() -> dict:
     from server.engine import triton_attention as ta
 
@@ -46,21 +59,11 @@ def sweep() -> dict:
     for stages in STAGES:
         for blocks in BLOCKS:
             for docs in DOCS:
-                lens = [ta.BLOCK_N * blocks] * docs
-                qkv = torch.randn(sum(lens), HQ + 2 * HKV, D, device=dev, dtype=torch.bfloat16)
-                q, k, v = qkv[:, :HQ], qkv[:, HQ:HQ + HKV], qkv[:, HQ + HKV:]
-                out = torch.empty_like(q)
-                tiles = ta._to_device(ta.tile_table(lens), dev)
-                us = per_call_us(lambda: ta.attend(tiles, q, k, v, D**-0.5, out, tma=False, num_stages=stages))
-                calls[_key(stages, blocks, tiles.shape[0] * HQ)] = us
-                print(stages, blocks, tiles.shape[0] * HQ, us, flush=True)
-    lens = LAYOUTS["lone_537"]  # for comparison: a lone 10 s line's step, at the engine's stages
-    qkv = torch.randn(sum(lens), HQ + 2 * HKV, D, device=dev, dtype=torch.bfloat16)
-    q, k, v = qkv[:, :HQ], qkv[:, HQ:HQ + HKV], qkv[:, HQ + HKV:]
-    out = torch.empty_like(q)
-    tiles = ta._to_device(ta.tile_table(lens), dev)
-    summary: dict = {"sms": sms, "lone_537_programs": tiles.shape[0] * HQ,
-                     "lone_537_us": per_call_us(lambda: ta.attend(tiles, q, k, v, D**-0.5, out, tma=False))}
+                programs, us = _time_layout([ta.BLOCK_N * blocks] * docs, dev, stages)
+                calls[_key(stages, blocks, programs)] = us
+                print(stages, blocks, programs, us, flush=True)
+    programs, us = _time_layout(LAYOUTS["lone_537"], dev)  # for comparison: a lone line's step, the engine's stages
+    summary: dict = {"sms": sms, "lone_537_programs": programs, "lone_537_us": us}
     for stages in STAGES:
         fixed, per_block = fit_line([(b, calls[_key(stages, b, HQ * d * b)]) for b in BLOCKS for d in DOCS
                                      if HQ * d * b <= sms])
