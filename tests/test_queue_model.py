@@ -43,15 +43,22 @@ def test_a_cap_on_requests_per_step_queues_the_rest_first_come_first_served():
         simulate(50.0, COST, 500, seconds=1, max_running=0)
 
 
-@pytest.mark.parametrize(("option", "bads"), [("--caps", ("0", "4,-1", "four")), ("--rates", ("0", "19,-1", "fast"))])
+@pytest.mark.parametrize(("option", "bads"), [
+    ("--caps", {"0": "each cap must be at least 1", "4,-1": "each cap must be at least 1",
+                "four": "not a list of request counts: 'four' (e.g. 4,8,16)"}),
+    ("--rates", {"0": "each rate must be above 0 requests a second",
+                 "19,-1": "each rate must be above 0 requests a second",
+                 "fast": "not a list of arrival rates: 'fast' (e.g. 18.5,19.7)"}),
+])
 def test_list_options_refuse_nonsense(capsys, option, bads):
     from bench.queue_model import main
 
-    for bad in bads:
+    for bad, message in bads.items():
         with pytest.raises(SystemExit) as exc:
             main(["unused.json", option, bad])
         assert exc.value.code == 2
-    assert option in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert option in err and f"{option}: {message}" in err
 
 
 def test_predict_on_a_committed_bench_result():
