@@ -1,7 +1,7 @@
 """The small-step Triton attention against FlashInfer's Hopper kernel, call by call (CUDA).
 
 `python -m bench.attention_sweep --out sweep.json`: for packed layouts from a fast-start
-first chunk (135 rows) to sixteen 10 s requests (8.6k rows), one layer's attention call
+first chunk (135 rows) to sixty 10 s requests (32k rows, a full step of the 256 mix), one layer's attention call
 (16 q / 8 kv heads of 128, bf16) replayed 28 times from a CUDA graph, FlashInfer against
 the Triton kernel at several tile shapes; microseconds a call and the largest difference
 from FlashInfer's output. It is how `triton_attention.BLOCK_*` and
@@ -26,6 +26,8 @@ LAYOUTS = {
     "eight_4296": [287, 250] * 8,
     "sixteen_8592": [287, 250] * 16,
     "mix_8k_long_docs": [650, 560] * 7,
+    "thirty_16110": [287, 250] * 30,
+    "sixty_32220": [287, 250] * 60,
 }
 # (block_m, block_n, warps, stages)
 CONFIGS = [(64, 64, 4, 2), (64, 64, 4, 3), (32, 64, 4, 2), (64, 32, 4, 2), (128, 64, 8, 2), (64, 128, 4, 2),
