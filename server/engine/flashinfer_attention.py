@@ -45,14 +45,12 @@ REQUIRED_NAMES: tuple[tuple[str, str], ...] = (
 )
 WORKSPACE_BYTES = 128 * 1024 * 1024
 # Steps of at most this many packed rows attend with the Triton kernel (0: never), by how it
-# can load (`triton_attention`: TMA on Hopper, pointers elsewhere). Measured against this
-# module's kernel on an H200 (`python -m bench.attention_sweep --tma`): by TMA it is ahead at
-# every size measured, 135 to 32k rows of 10 s lines (7.5-8% from 8.6k rows: its 64-row tiles
-# waste less of documents of a few hundred rows than FA3's 128-row ones); by pointers alone
-# to about 1k rows. The TMA limit is twice the default `--max-packed-tokens`, well inside the
-# kernel's 32-bit offsets. CHORUS_SMALL_ATTENTION_ROWS overrides it.
+# can load (`triton_attention`: TMA on Hopper, pointers elsewhere; measured against this
+# module's kernel on an H200, `python -m bench.attention_sweep --tma`: ahead from 135 to 4296
+# rows with TMA from 1k rows, to about 1k rows with pointers alone);
+# CHORUS_SMALL_ATTENTION_ROWS overrides it.
 SMALL_ROWS = 1024
-SMALL_ROWS_TMA = 65536
+SMALL_ROWS_TMA = 4608
 
 
 def default_small_rows(device: torch.device) -> int:
