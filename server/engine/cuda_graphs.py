@@ -8,19 +8,17 @@ boundary, so real rows compute exactly what they would alone. Larger steps run e
 there the GEMMs dominate and a graph buys nothing.
 
 Token buckets are 64 apart up to 1024 (a lone 10 s request, 537 tokens, pads to 576, not
-640: the padded GEMM rows are real work), 128 apart up to 4096 (steps of 2-4k tokens are the
-ones the deadline scheduler keeps while urgent chunks run, `--urgent-step-tokens`) and 256
+640: the padded GEMM rows are real work), 256 apart up to 4096 (steps of 2-4k tokens are the
+ones the deadline scheduler keeps while urgent chunks run, `--urgent-step-tokens`) and 512
 apart up to 8192: a burst of new requests runs steps of 4-8k tokens, whose eager launches
 (7 ms and more of interpreter time, plus the sampler's) are as long as the GPU work and, in a
-server, compete with decoding and the event loop for the interpreter. On an H200 this grid
-against one twice as coarse above 1024 (256 and 512 apart) made steps of 1-15 lines 1.2%
-faster on average and up to 6.5% (`python -m bench.bucket_sweep`): a step's cost follows its
-padded rows only in part (whole tiles and waves), so halving the spacing buys less than half
-its padding. Where a step holds one or two requests (up to 5 documents) the buckets are twice
-as fine below 1024 (32 apart): a lone line pays its bucket's padding on every one of its 32
-steps (on an H200 its 537 tokens took 2.15 ms padded to 576, 2.07 at 544), while finer buckets
-for every document count would double the graphs (each holds its own attention plan).
-`--graph-max-tokens` lowers the limit (372 graphs up to 8192, 276 up to 4096).
+server, compete with decoding and the event loop for the interpreter. Where a step holds one
+or two requests (up to 5 documents) the buckets are twice as fine below 2048 (32 apart up to
+1024, 128 up to 2048): a lone line pays its bucket's padding on every one of its 32 steps (on
+an H200 its 537 tokens took 2.15 ms padded to 576, 2.07 at 544), while finer buckets for every
+document count would double the graphs and their memory (each holds its own attention plan).
+`--graph-max-tokens` lowers the limit: the 268 graphs up to 8192 hold about 1.5 GiB more GPU
+memory than the 162 up to 4096 did, and take a few seconds more to capture.
 """
 
 from __future__ import annotations
@@ -41,12 +39,15 @@ log = logging.getLogger(__name__)
 
 # Buckets for CUDA graphs: packed tokens, and documents (real ones plus at least one pad
 # document, so a bucket of D documents holds up to D - 1 real ones).
-GRAPH_TOKEN_BUCKETS: tuple[int, ...] = (tuple(range(128, 1024, 64)) + tuple(range(1024, 4096, 128))
-                                         + tuple(range(4096, 8193, 256)))
+GRAPH_TOKEN_BUCKETS: tuple[int, ...] = (tuple(range(128, 1024, 64)) + tuple(range(1024, 4096, 256))
+                                         + tuple(range(4096, 8193, 512)))
 GRAPH_DOC_BUCKETS: tuple[int, ...] = (2, 3, 5, 9, 17, 33)
 DEFAULT_GRAPH_MAX_TOKENS = GRAPH_TOKEN_BUCKETS[-1]
 # (up to this many documents, extra token buckets): finer steps where a lone request's step falls
-FINE_TOKEN_BUCKETS: tuple[tuple[int, tuple[int, ...]], ...] = ((5, tuple(range(160, 1024, 64))),)
+FINE_TOKEN_BUCKETS: tuple[tuple[int, tuple[int, ...]], ...] = (
+    (5, tuple(range(160, 1024, 64))),
+    (9, (1152, 1408, 1664, 1920)),
+)
 
 
 def token_buckets_up_to(max_tokens: int) -> tuple[int, ...]:
