@@ -4,11 +4,13 @@
 steps of 1-15 ten-second lines and a seeded set of mixed steps replay their CUDA graphs (median
 of 40 each, `hidden_states` as the engine calls it) under two grids of token buckets:
 
-- `coarse`: 64 apart below 1024, 256 apart to 4096, 512 apart to 8192 (the grid before 128/256);
+- `coarse`: 64 apart below 1024, 256 apart to 4096, 512 apart to 8192 (the engine's grid);
 - `fine`: 64 apart below 1024, 128 apart to 4096, 256 apart to 8192.
 
 A step pads to its bucket, and the padded rows are real work, so a grid's spacing is a step's
-cost: on average half a spacing's rows. Finer grids mean more graphs (capture time, memory).
+cost: on average half a spacing's rows. Finer grids mean more graphs: on an H200 the fine
+grid's 372 made steps 1.2% faster on average and a server start 12 s later (40 s against 27),
+so the engine keeps the coarse one.
 Each grid is measured twice in turn; the summary gives each step's ratio fine / coarse, and each
 grid's graphs, capture seconds and the GPU memory its graphs hold.
 """
