@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import time
 from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -134,6 +135,7 @@ class StepGraphs:
         self.token_buckets, self.doc_buckets = tuple(token_buckets), tuple(doc_buckets)
         self.max_tokens = self.token_buckets[-1]
         self.captured: dict[tuple[int, int], CapturedStep] = {}
+        self.capture_seconds = 0.0  # wall time spent capturing, warm-ups included (a server's start-up)
         self._pool = None
 
     def bucket_for(self, canvas: PackedCanvas) -> tuple[int, int] | None:
@@ -171,9 +173,8 @@ class StepGraphs:
         plan = g.planner.plan([tokens - docs + 1] + [1] * (docs - 1))
         side = self.capture_stream or torch.cuda.Stream(dev)
         side.wait_stream(torch.cuda.current_stream(dev))
-        with torch.cuda.stream(side):
-            for _ in range(2):  # warm-up: cuBLAS handles and workspaces, lazy module loads
-                self.layers(g.ids, g.mask, g.pos, plan)
+        with torch.cuda.stream(side):  # one warm-up: kernels built, cuBLAS handles and workspaces, lazy loads
+            self.layers(g.ids, g.mask, g.pos, plan)
         torch.cuda.current_stream(dev).wait_stream(side)
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
@@ -190,9 +191,12 @@ class StepGraphs:
     def capture_all(self, buckets: list[tuple[int, int]] | None = None) -> int:
         """Capture graphs ahead of traffic (all buckets by default); returns how many exist."""
         gc.collect()  # unreachable graphs of earlier backbones go now, not during a capture
+        start = time.perf_counter()
         for docs, token_buckets in bucket_grid(self.token_buckets, self.doc_buckets).items():
             for tokens in token_buckets:
                 wanted = buckets is None or (tokens, docs) in buckets
                 if wanted and docs < tokens and (tokens, docs) not in self.captured:
                     self.capture((tokens, docs))
+        torch.cuda.synchronize(self.device)
+        self.capture_seconds += time.perf_counter() - start
         return len(self.captured)

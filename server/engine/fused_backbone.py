@@ -356,8 +356,10 @@ def make_backbone(model, attention="auto", *, graphs: bool = True, quantize: str
         fused = FusedBackbone(model, backend, graphs=graphs and bool(buckets), quantize=quantize,
                               token_buckets=buckets or GRAPH_TOKEN_BUCKETS)
         fused.capture()
+        graphs_note = (f"up to {fused.graph_max_tokens} tokens ({len(fused.graphs.captured)} captured in "
+                       f"{fused.graphs.capture_seconds:.1f} s)" if fused.graphs_enabled else "off")
         log.info("backbone: fused, FlashInfer (%s kernels), CUDA graphs %s", getattr(backend, "backend", "?"),
-                 f"up to {fused.graph_max_tokens} tokens" if fused.graphs_enabled else "off")
+                 graphs_note)
         return fused
     if quantize is not None:
         raise QuantizationUnsupported(
