@@ -108,7 +108,8 @@ def test_chorus_bench_cli_help_and_cpu_refusal():
                                      ["bench.normed_attention_sweep"],
                                      ["bench.attention_ab", "--checkpoint", "nowhere"],
                                      ["bench.lanes", "--checkpoint", "nowhere"],
-                                     ["bench.gc_pauses", "--checkpoint", "nowhere"]])
+                                     ["bench.gc_pauses", "--checkpoint", "nowhere"],
+                                     ["bench.bucket_sweep", "--checkpoint", "nowhere"]])
 def test_cuda_sweeps_refuse_a_machine_without_cuda(command):
     import torch
 
