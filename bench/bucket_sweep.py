@@ -20,16 +20,15 @@ from __future__ import annotations
 import json
 import random
 import statistics
-import time
 
 import torch
 
-from bench.forward import cuda_ms
+from bench.attention_ab import LINE, forward_ms
 from bench.sweeps import run_checkpoint_sweep
+from server.engine.cuda_graphs import GRAPH_TOKEN_BUCKETS
 
-LINE = (20, 250, 2.0)  # (words, target frames, guidance): a 10 s line
 GRIDS = {
-    "coarse": tuple(range(128, 1024, 64)) + tuple(range(1024, 4096, 256)) + tuple(range(4096, 8193, 512)),
+    "coarse": GRAPH_TOKEN_BUCKETS,
     "fine": tuple(range(128, 1024, 64)) + tuple(range(1024, 4096, 128)) + tuple(range(4096, 8193, 256)),
 }
 ORDER = ("coarse", "fine", "coarse", "fine")
@@ -68,16 +67,14 @@ def run(checkpoint: str) -> dict:
         backbone = FusedBackbone(model, attn, graphs=True, token_buckets=GRIDS[label])
         torch.cuda.synchronize()
         reserved = torch.cuda.memory_reserved()
-        t0 = time.perf_counter()
         graphs = backbone.capture()
-        torch.cuda.synchronize()
-        grids[label].append({"graphs": graphs, "capture_s": round(time.perf_counter() - t0, 2),
+        grids[label].append({"graphs": graphs, "capture_s": round(backbone.graphs.capture_seconds, 2),
                              "graph_mem_gib": round((torch.cuda.memory_reserved() - reserved) / 2**30, 3)})
         row = {}
         for name, canvas in canvases.items():
             bucket = backbone.graphs.bucket_for(canvas)
             row[name] = {"rows": canvas.total_len, "docs": len(canvas.doc_lens), "bucket": list(bucket),
-                         "ms": cuda_ms(lambda cv=canvas, b=backbone: b.hidden_states(cv), warmup=5, iters=40)["median"]}
+                         "ms": forward_ms(backbone, canvas, reps=40)}
         runs[label].append(row)
         print(label, json.dumps(grids[label][-1]), json.dumps(row), flush=True)
         del backbone, attn
