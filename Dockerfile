@@ -22,7 +22,7 @@ COPY web ./web
 COPY bench ./bench
 RUN pip install -c requirements.lock ".[gpu,postgres]"
 # nvcc compiles Chorus's kernels now, so the first request never waits on it
-RUN FLASHINFER_CUDA_ARCH_LIST="${CUDA_ARCHS}" python -m server.engine.flashinfer_aot
+RUN FLASHINFER_CUDA_ARCH_LIST="${CUDA_ARCHS}" python -m server.engine.kernels.flashinfer_aot
 
 FROM nvidia/cuda:${CUDA_VERSION}-runtime-${UBUNTU} AS runtime-cuda
 ENV DEBIAN_FRONTEND=noninteractive

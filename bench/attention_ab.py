@@ -31,9 +31,9 @@ def forward_ms(backbone, canvas, reps: int = 60) -> float:
 def run(checkpoint: str) -> dict:
     from bench.parity import random_items
     from server.checkpoint import load_omnivoice
-    from server.engine.canvas import build_packed_canvas
-    from server.engine.flashinfer_attention import FlashInferAttention
-    from server.engine.fused_backbone import FusedBackbone
+    from server.engine.kernels.attention.flashinfer_backend import FlashInferAttention
+    from server.engine.model.canvas import build_packed_canvas
+    from server.engine.model.fused_backbone import FusedBackbone
 
     torch.set_grad_enabled(False)
     model = load_omnivoice(checkpoint, "cuda", "bfloat16")

@@ -39,8 +39,7 @@ def _key(stages: int, blocks: int, programs: int) -> str:
 def _time_layout(lens: list[int], dev: torch.device, stages: int | None = None):
     """One layer's call on documents of `lens` rows (random bf16 q/k/v as views of one QKV
     tensor, as the backbone passes them): its programs, and microseconds a call."""
-    from server.engine import triton_attention as ta
-
+    from server.engine.kernels.attention import triton_backend as ta
     qkv = torch.randn(sum(lens), HQ + 2 * HKV, D, device=dev, dtype=torch.bfloat16)
     q, k, v = qkv[:, :HQ], qkv[:, HQ:HQ + HKV], qkv[:, HQ + HKV:]
     out = torch.empty_like(q)
@@ -50,8 +49,7 @@ def _time_layout(lens: list[int], dev: torch.device, stages: int | None = None):
 
 
 def sweep() -> dict:
-    from server.engine import triton_attention as ta
-
+    from server.engine.kernels.attention import triton_backend as ta
     torch.manual_seed(0)
     dev = torch.device("cuda")
     sms = torch.cuda.get_device_properties(dev).multi_processor_count

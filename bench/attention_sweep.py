@@ -38,8 +38,8 @@ HQ, HKV, D = 16, 8, 128
 
 
 def sweep(layouts: dict[str, list[int]] = LAYOUTS, configs=CONFIGS, tma_configs=()) -> dict:
-    from server.engine import triton_attention as ta
-    from server.engine.flashinfer_attention import FlashInferAttention
+    from server.engine.kernels.attention import triton_backend as ta
+    from server.engine.kernels.attention.flashinfer_backend import FlashInferAttention
 
     torch.manual_seed(0)
     dev, dtype, scale = torch.device("cuda"), torch.bfloat16, D**-0.5

@@ -25,7 +25,7 @@ import torch
 
 from bench.attention_ab import LINE, forward_ms
 from bench.sweeps import run_checkpoint_sweep
-from server.engine.cuda_graphs import GRAPH_TOKEN_BUCKETS
+from server.engine.model.cuda_graphs import GRAPH_TOKEN_BUCKETS
 
 GRIDS = {
     "coarse": GRAPH_TOKEN_BUCKETS,
@@ -47,10 +47,10 @@ def layouts(seed: int = 0, mixed: int = 12) -> dict[str, list[tuple[int, int, fl
 def run(checkpoint: str) -> dict:
     from bench.parity import random_items
     from server.checkpoint import load_omnivoice
-    from server.engine.canvas import build_packed_canvas
-    from server.engine.cuda_graphs import choose_bucket
-    from server.engine.flashinfer_attention import FlashInferAttention
-    from server.engine.fused_backbone import FusedBackbone
+    from server.engine.kernels.attention.flashinfer_backend import FlashInferAttention
+    from server.engine.model.canvas import build_packed_canvas
+    from server.engine.model.cuda_graphs import choose_bucket
+    from server.engine.model.fused_backbone import FusedBackbone
 
     torch.set_grad_enabled(False)
     model = load_omnivoice(checkpoint, "cuda", "bfloat16")

@@ -138,9 +138,9 @@ class Run:
 def _profiles(model) -> dict:
     from bench.diagnose import profile_forward
     from bench.parity import random_items
-    from server.engine.canvas import build_packed_canvas
-    from server.engine.flashinfer_attention import FlashInferAttention
-    from server.engine.fused_backbone import FusedBackbone
+    from server.engine.kernels.attention.flashinfer_backend import FlashInferAttention
+    from server.engine.model.canvas import build_packed_canvas
+    from server.engine.model.fused_backbone import FusedBackbone
 
     c = model.llm.config
     fi = FlashInferAttention(model.device, model.audio_heads.weight.dtype, c.head_dim ** -0.5,
@@ -157,7 +157,7 @@ def _profiles(model) -> dict:
         name = f"{n}_requests_{'graph' if graphs else 'eager'}_{backbone.qk_rope_kernel}_qk_rope"
         out[name if frames == 250 else f"{name}_{frames}_frames"] = profile_forward(backbone, canvas)
     from bench.diagnose import profile_decode
-    from server.engine.codec import Codec
+    from server.engine.model.codec import Codec
 
     codec = Codec(model)  # with its Snake kernels where they pass their check, as the engine's
     for seconds in (2.0, 10.0):
@@ -212,7 +212,7 @@ def _fp8_runs(model, settings, specs) -> dict:
     from dataclasses import replace
 
     from bench import engine_bench as eb
-    from server.engine.loop import EngineLoop
+    from server.engine.runtime.loop import EngineLoop
 
     engine = EngineLoop(model, replace(settings, quantize="fp8"), "bench-fp8", random_checkpoint=True)
     engine.start()
@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench.mixes import mixed_knobs_mix, plain_mix
     from server.checkpoint import load_omnivoice, make_checkpoint
     from server.config import EngineSettings
-    from server.engine.loop import EngineLoop
+    from server.engine.runtime.loop import EngineLoop
 
     run = Run(args, argv)
     torch.set_grad_enabled(False)

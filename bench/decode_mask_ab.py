@@ -1,7 +1,7 @@
 """A bucket decode's GPU time with its length mask as a whole-input multiply or an in-place tail.
 
 `python -m bench.decode_mask_ab --checkpoint ckpt-full --out decmask.json` (CUDA): the codec's
-bucket graphs (`server/engine/decode_graphs.py`) captured twice on one stream, once with
+bucket graphs (`server/engine/model/decode_graphs.py`) captured twice on one stream, once with
 `LengthMask.in_place` off (every convolution's input multiplied whole by the mask into a new
 tensor) and once on (only the part past the bucket's fewest frames zeroed in place); for clips
 of 50, 250 and 375 frames, the median GPU milliseconds of 20 replays each, and whether the two
@@ -22,8 +22,8 @@ FRAMES = (50, 250, 375)
 
 def run(checkpoint: str) -> dict:
     from server.checkpoint import load_omnivoice
-    from server.engine import decode_graphs as dg
-    from server.engine.codec import Codec
+    from server.engine.model import decode_graphs as dg
+    from server.engine.model.codec import Codec
 
     model = load_omnivoice(checkpoint, "cuda", "bfloat16")
     codec = Codec(model)  # the codec's Snake kernels; its own graphs' hooks come off

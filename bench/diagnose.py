@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from bench.parity import reference_target_logits
-from server.engine.canvas import build_packed_canvas
+from server.engine.model.canvas import build_packed_canvas
 
 log = logging.getLogger("chorus.bench")
 
@@ -33,9 +33,9 @@ def _finite(t: torch.Tensor) -> bool:
 
 class FiniteCheck:
     def __init__(self, engine, model, limit: int = 6):
-        from server.engine.attention import TorchAttention
-        from server.engine.backbone import OmniVoiceBackbone
-        from server.engine.fused_backbone import FusedBackbone
+        from server.engine.kernels.attention.selector import TorchAttention
+        from server.engine.model.backbone import OmniVoiceBackbone
+        from server.engine.model.fused_backbone import FusedBackbone
 
         self.engine, self.model, self.limit = engine, model, limit
         self.inner = engine.backbone
@@ -54,7 +54,7 @@ class FiniteCheck:
         return getattr(self.inner, name)
 
     def __call__(self, canvas):
-        from server.engine.cuda_graphs import choose_bucket
+        from server.engine.model.cuda_graphs import choose_bucket
 
         logits = self.inner(canvas)
         self.steps += 1

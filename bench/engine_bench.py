@@ -115,7 +115,7 @@ class StageTimer:
     from the finisher, which measures them where they run."""
 
     def __init__(self, engine):
-        import server.engine.runner as runner_module
+        import server.engine.model.runner as runner_module
 
         self.engine, self.runner_module = engine, runner_module
         self.records: list[dict] = []

@@ -36,7 +36,7 @@ def _silu_and_mul():
 
         return silu_and_mul, "flashinfer"
     except Exception:  # noqa: BLE001
-        from server.engine.kernels import TorchOps
+        from server.engine.kernels.layer_ops import TorchOps
 
         return TorchOps.silu_and_mul, "torch"
 
@@ -68,7 +68,7 @@ class Projections:
 
     def unfused_qkv(self, x: torch.Tensor, pos: torch.Tensor):
         """What the engine runs: cuBLAS, then the q/k norm + RoPE kernel -> q, k, v."""
-        from server.engine.qk_norm_rope import qk_norm_rope
+        from server.engine.kernels.qk_norm_rope import qk_norm_rope
 
         qkv = F.linear(x, self.w_qkv).view(x.shape[0], HQ + 2 * HKV, D)
         q, k = qk_norm_rope(qkv, self.norms, pos, HQ, HKV, EPS, THETA)

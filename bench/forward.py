@@ -10,7 +10,7 @@ import torch
 
 from bench.metrics import Arch, forward_flops, mfu
 from bench.parity import compare, parity_canvas, random_items, reference_target_logits
-from server.engine.canvas import build_packed_canvas
+from server.engine.model.canvas import build_packed_canvas
 
 log = logging.getLogger("chorus.bench")
 
@@ -36,11 +36,11 @@ def cuda_ms(fn, warmup: int = 3, iters: int = 10) -> dict:
 def parity(models: dict, dtypes: list[str], seed: int = 0) -> dict:
     """Each half-precision path's target logits against the same-dtype reference forward and
     against the float32 reference; the reference's own half-vs-float32 error is the yardstick."""
-    from server.engine.attention import TorchAttention
-    from server.engine.backbone import OmniVoiceBackbone
-    from server.engine.cuda_graphs import choose_bucket
-    from server.engine.flashinfer_attention import FlashInferAttention
-    from server.engine.fused_backbone import FusedBackbone
+    from server.engine.kernels.attention.flashinfer_backend import FlashInferAttention
+    from server.engine.kernels.attention.selector import TorchAttention
+    from server.engine.model.backbone import OmniVoiceBackbone
+    from server.engine.model.cuda_graphs import choose_bucket
+    from server.engine.model.fused_backbone import FusedBackbone
 
     out: dict = {}
     ref32_model = models["float32"]
@@ -114,10 +114,10 @@ def fp8_fidelity(parity_result: dict) -> dict | None:
 def speed(model, sizes=(1, 2, 4, 8, 16, 32, 64), seconds: float = 10.0, reference_sizes=(1, 8, 32),
           module_sizes=(1, 16)) -> dict:
     """Forward time of steps of n 10 s requests with CFG (n x ~530 tokens)."""
-    from server.engine.backbone import OmniVoiceBackbone
-    from server.engine.cuda_graphs import choose_bucket
-    from server.engine.flashinfer_attention import FlashInferAttention
-    from server.engine.fused_backbone import FusedBackbone
+    from server.engine.kernels.attention.flashinfer_backend import FlashInferAttention
+    from server.engine.model.backbone import OmniVoiceBackbone
+    from server.engine.model.cuda_graphs import choose_bucket
+    from server.engine.model.fused_backbone import FusedBackbone
 
     arch = Arch.of(model)
     dtype = model.audio_heads.weight.dtype

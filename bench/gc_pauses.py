@@ -77,7 +77,7 @@ def measure(checkpoint: str) -> dict:
     from bench.mixes import plain_mix
     from server.checkpoint import load_omnivoice
     from server.config import EngineSettings
-    from server.engine.loop import EngineLoop
+    from server.engine.runtime.loop import EngineLoop
 
     torch.set_grad_enabled(False)
     timer = CollectionTimer()

@@ -203,7 +203,7 @@ def gate_up_silu(x: torch.Tensor, w_gate_up: torch.Tensor, cfg: TileConfig | Non
 
 def qkv_reference(x, w_qkv, norms, pos, num_q_heads, num_kv_heads, eps, theta):
     """`qkv_norm_rope` in float32 torch (the GEMM's output rounded once, as stored)."""
-    from server.engine.qk_norm_rope import reference
+    from server.engine.kernels.qk_norm_rope import reference
 
     seq = x.shape[0]
     d = w_qkv.shape[0] // (num_q_heads + 2 * num_kv_heads)

@@ -4,7 +4,7 @@ Shapes are the full-size model's (Qwen3-0.6B body) at the packed-token counts a 
 a lone 10 s line (544, its graph bucket) up to the 256 mix's ~34k. For each it times
 
 - the four projections (`F.linear`) under cuBLAS and under cuBLASLt, as TFLOP/s;
-- the q/k norm + RoPE kernel (`server/engine/qk_norm_rope.py`) at several program shapes
+- the q/k norm + RoPE kernel (`server/engine/kernels/qk_norm_rope.py`) at several program shapes
   (`python -m bench.qk_rope_sweep`'s, from CUDA graphs), each checked bit for bit against the
   default shape;
 - FlashInfer's fused add + RMSNorm and SiLU gate, as achieved memory bandwidth.

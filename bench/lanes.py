@@ -80,10 +80,10 @@ def sweep(checkpoint: str) -> dict:
     from bench.metrics import Arch
     from bench.parity import random_items
     from server.checkpoint import load_omnivoice
-    from server.engine.canvas import build_packed_canvas
-    from server.engine.cuda_graphs import ForwardStats, StepGraphs, choose_bucket
-    from server.engine.flashinfer_attention import FlashInferAttention
-    from server.engine.fused_backbone import FusedBackbone
+    from server.engine.kernels.attention.flashinfer_backend import FlashInferAttention
+    from server.engine.model.canvas import build_packed_canvas
+    from server.engine.model.cuda_graphs import ForwardStats, StepGraphs, choose_bucket
+    from server.engine.model.fused_backbone import FusedBackbone
 
     model = load_omnivoice(checkpoint, "cuda", "bfloat16")
     dev, arch = model.device, Arch.of(model)

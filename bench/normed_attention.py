@@ -1,8 +1,8 @@
 """Small-step attention that normalises and rotates q/k as it loads them: an experiment,
 measured on an H200 and not adopted.
 
-A small step's layer runs the q/k RMSNorm + RoPE pass (`server.engine.qk_norm_rope`) and
-then the Triton attention (`server.engine.triton_attention`); the pass only re-reads and
+A small step's layer runs the q/k RMSNorm + RoPE pass (`server.engine.kernels.qk_norm_rope`) and
+then the Triton attention (`server.engine.kernels.attention.triton_backend`); the pass only re-reads and
 re-writes what the QKV GEMM has just written (2.6-4.6 us a layer at 135-537 rows). Here the
 attention kernel reads the raw QKV output instead and normalises each q tile once and each
 key block as it streams it (`norm_rope_halves`, the pass's own arithmetic, rounded to the
@@ -23,8 +23,8 @@ import math
 
 import torch
 
-from server.engine.attention import TorchAttention
-from server.engine.triton_attention import tile_table
+from server.engine.kernels.attention.selector import TorchAttention
+from server.engine.kernels.attention.triton_backend import tile_table
 
 try:  # Triton is optional: the sweep and the tests need it
     import triton
@@ -34,7 +34,7 @@ except Exception:  # noqa: BLE001
 
 
 if triton is not None:
-    from server.engine.qk_norm_rope import norm_rope_halves
+    from server.engine.kernels.qk_norm_rope import norm_rope_halves
 
     @triton.jit
     def _normed_doc_attention_kernel(qkv, o, w, pos, tiles, scale_log2, eps, log2_theta,
@@ -138,8 +138,7 @@ def check(device, dtype: torch.dtype, num_q_heads: int, num_kv_heads: int, head_
     """Relative error of `attend_normed` against the float32 q/k norm + RoPE
     (`qk_norm_rope.reference`) and per-document SDPA on random data; raises when the kernel
     cannot run."""
-    from server.engine import qk_norm_rope
-
+    from server.engine.kernels import qk_norm_rope
     gen = torch.Generator(device="cpu").manual_seed(3)
     seq, scale = sum(doc_lens), head_dim**-0.5
     qkv = torch.randn(seq, num_q_heads + 2 * num_kv_heads, head_dim, generator=gen) * 3

@@ -35,8 +35,8 @@ HQ, HKV, D, EPS, THETA = 16, 8, 128, 1e-6, 1e6
 
 def sweep() -> dict:
     from bench import normed_attention as na
-    from server.engine import qk_norm_rope as qr, triton_attention as ta
-
+    from server.engine.kernels import qk_norm_rope as qr
+    from server.engine.kernels.attention import triton_backend as ta
     torch.manual_seed(0)
     dev, dtype, scale = torch.device("cuda"), torch.bfloat16, D**-0.5
     norms = (1 + 0.1 * torch.randn(2, D)).to(dev, dtype)

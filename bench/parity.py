@@ -14,7 +14,7 @@ import random
 
 import torch
 
-from server.engine.canvas import CanvasItem, PackedCanvas, build_packed_canvas
+from server.engine.model.canvas import CanvasItem, PackedCanvas, build_packed_canvas
 
 
 def random_items(model, specs: list[tuple[int, int, float]], seed: int, device,

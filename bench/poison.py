@@ -40,7 +40,7 @@ def run(checkpoint: str, dtype: str, device: str = "cuda") -> dict:
     from bench.mixes import make_text
     from server.checkout import git_commit
     from server.config import EngineSettings
-    from server.engine.loop import EngineLoop
+    from server.engine.runtime.loop import EngineLoop
     from server.engine.types import GenerationOptions, SynthesisRequest
 
     engine = EngineLoop.load(checkpoint, EngineSettings(device=device, dtype=dtype, max_batch_size=64,
@@ -57,7 +57,7 @@ def run(checkpoint: str, dtype: str, device: str = "cuda") -> dict:
         extreme = [SynthesisRequest(f"extreme-{name}", make_text(rng, 6.0),
                                     options=GenerationOptions(duration=6.0, seed=9, **knobs))
                    for name, knobs in EXTREME.items()]
-        with mock.patch("server.engine.request.validate_options", lambda opts: None):
+        with mock.patch("server.engine.planning.request.validate_options", lambda opts: None):
             for request in bystanders[:3] + poisoned + extreme + bystanders[3:]:
                 sink.submit(engine, request)
         ids = [r.request_id for r in bystanders + poisoned + extreme]

@@ -22,7 +22,7 @@ def run(checkpoint: str, devices: str, dtype: str, n: int, max_batch_size: int, 
     from bench.engine_bench import Sink, to_request
     from bench.mixes import audio_seconds, plain_mix
     from server.config import EngineSettings
-    from server.engine.pool import EnginePool
+    from server.engine.runtime.pool import EnginePool
 
     settings = EngineSettings(device=devices, dtype=dtype, max_batch_size=max_batch_size,
                               max_packed_tokens=max_packed_tokens)

@@ -1,7 +1,7 @@
 """Post-processing cost per chunk on this CPU: the reference's pydub path vs the vectorised port.
 
 `python -m bench.postprocess_bench --out result.json` times `OmniVoice._post_process_audio`
-and `server.engine.codec.post_process` on speech-like chunks of 10 s and 30 s (each with
+and `server.engine.model.codec.post_process` on speech-like chunks of 10 s and 30 s (each with
 internal silences, so every step of the silence removal runs), checks that both give the same
 samples, and times a round trip of the port through a spawned worker process (what the
 finisher used to do). Wall and thread-CPU milliseconds per chunk: on a shared, loaded machine
@@ -30,7 +30,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from bench.metrics import stats
-from server.engine.codec import post_process
+from server.engine.model.codec import post_process
 
 RATE = 24000
 

@@ -2,7 +2,7 @@
 
 Shapes are the full-size model's (16 q and 8 k heads of 128) at the packed rows of a
 fast-start chunk (135), a lone 10 s line (544), three lines (1605), eight (4296), sixteen
-(8561) and the 256 mix's step (34256). For each `ProgramShape` (`server/engine/qk_norm_rope.py`:
+(8561) and the 256 mix's step (34256). For each `ProgramShape` (`server/engine/kernels/qk_norm_rope.py`:
 the `heads` layout, a token's heads cut into programs; the `tokens` layout, a few tokens' q heads
 and k heads a program) it reports microseconds a call (28 calls in one graph, as a forward's
 28 layers call it), the memory bandwidth that is, and whether its q and k equal the default
@@ -22,7 +22,7 @@ ROWS = (135, 544, 1605, 4296, 8561, 34256)
 
 
 def _shapes():
-    from server.engine.qk_norm_rope import ProgramShape as S
+    from server.engine.kernels.qk_norm_rope import ProgramShape as S
 
     heads = [S("heads", 32, 4), S("heads", 16, 2), S("heads", 8, 1), S("heads", 8, 2)]
     tokens = [S("tokens", bt, w) for bt, w in ((1, 1), (1, 2), (1, 4), (2, 2), (2, 4), (4, 2), (4, 4), (4, 8),
@@ -31,7 +31,7 @@ def _shapes():
 
 
 def sweep(rows: tuple[int, ...] = ROWS) -> dict:
-    from server.engine.qk_norm_rope import program_shape, qk_norm_rope
+    from server.engine.kernels.qk_norm_rope import program_shape, qk_norm_rope
 
     device = torch.device("cuda")
     gen = torch.Generator(device="cpu").manual_seed(0)

@@ -27,7 +27,7 @@ CUTS = ((544, 512), (544, 384), (544, 272), (1088, 1024), (1088, 768))  # (rows,
 
 
 def sweep() -> dict:
-    from server.engine.split_k import split_linear
+    from server.engine.kernels.split_k import split_linear
 
     torch.manual_seed(0)
     dev, dtype = torch.device("cuda"), torch.bfloat16

@@ -1,6 +1,6 @@
 """The sampler's CFG scoring kernel by block shape and warps a program, from CUDA graphs (CUDA).
 
-`python -m bench.sampler_sweep --out sampler.json`: `server/engine/cfg_scores.py`'s kernel on
+`python -m bench.sampler_sweep --out sampler.json`: `server/engine/kernels/cfg_scores.py`'s kernel on
 random bf16 logits of the full-size model's head (8 codebooks of 1025) at the conditional
 target rows of a fast-start chunk (50), a lone 10 s line (250), eight lines (2000) and the 256
 mix's step (16000), with each row as a head block and a tail (`split`: 1024 + 1 lanes) or as
@@ -23,7 +23,7 @@ WARPS = (1, 2, 4, 8, 16)
 
 
 def sweep() -> dict:
-    from server.engine.cfg_scores import cfg_scores, warps_for
+    from server.engine.kernels.cfg_scores import cfg_scores, warps_for
 
     torch.manual_seed(0)
     result: dict = {"default_warps": {str(rows): warps_for(rows * CODEBOOKS) for rows in ROWS}, "rows": {}}

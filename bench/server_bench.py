@@ -80,7 +80,7 @@ async def _interleaved(engine, url: str, runs: int, num_step: int) -> dict:
 
 def measure(model: str, device: str, dtype: str, runs: int, num_step: int) -> dict:
     from server.config import EngineSettings
-    from server.engine.loop import EngineLoop
+    from server.engine.runtime.loop import EngineLoop
 
     proc = subprocess.Popen([sys.executable, "-m", "server", "serve", "--model", model, "--device", device,
                              "--dtype", dtype, "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,

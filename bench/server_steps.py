@@ -16,7 +16,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-GRAPH_MAX_TOKENS = 8192  # the largest CUDA graph bucket by default (server/engine/cuda_graphs.py)
+GRAPH_MAX_TOKENS = 8192  # the largest CUDA graph bucket by default (server/engine/model/cuda_graphs.py)
 
 
 @dataclass(frozen=True)

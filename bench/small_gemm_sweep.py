@@ -97,9 +97,9 @@ def forward_ab(table: dict, checkpoint: str) -> dict:
     from bench.parity import compare, random_items, reference_target_logits
     from bench.small_gemm import SmallGemm
     from server.checkpoint import load_omnivoice
-    from server.engine.canvas import build_packed_canvas
-    from server.engine.flashinfer_attention import FlashInferAttention
-    from server.engine.fused_backbone import FusedBackbone
+    from server.engine.kernels.attention.flashinfer_backend import FlashInferAttention
+    from server.engine.model.canvas import build_packed_canvas
+    from server.engine.model.fused_backbone import FusedBackbone
 
     model = load_omnivoice(checkpoint, "cuda", "bfloat16")
     arch = Arch.of(model)

@@ -4,7 +4,7 @@
 middling steps, a layer's O and down projection each followed by its residual add + RMSNorm,
 28 calls on 28 weight copies replayed from one CUDA graph (`bench.sweeps.per_layer_us`):
 cuBLAS's GEMM then FlashInfer's `fused_add_rmsnorm` (the engine's path) against
-`server.engine.split_k` at every split of the inner dimension (a strided-batched GEMM with
+`server.engine.kernels.split_k` at every split of the inner dimension (a strided-batched GEMM with
 float32 partials, summed by the norm). Also each half alone, the wide projections (QKV,
 gate-up) split for comparison, and the largest difference of the split path's outputs from the
 engine's. The summary gives the best split per row count and what it saves a step (both
@@ -32,7 +32,7 @@ SPLITS = (2, 3, 4, 6, 8)
 
 
 def _narrow(rows: int, k: int, fi_add_norm) -> dict:
-    from server.engine.split_k import split_add_rmsnorm, split_linear
+    from server.engine.kernels.split_k import split_add_rmsnorm, split_linear
 
     dev, dtype = torch.device("cuda"), torch.bfloat16
     weights = [torch.randn(HIDDEN, k, device=dev, dtype=dtype) * k**-0.5 for _ in range(LAYERS)]
@@ -74,7 +74,7 @@ def _narrow(rows: int, k: int, fi_add_norm) -> dict:
 
 
 def _wide(rows: int, n: int) -> dict:
-    from server.engine.split_k import split_linear
+    from server.engine.kernels.split_k import split_linear
 
     dev, dtype = torch.device("cuda"), torch.bfloat16
     weights = [torch.randn(n, HIDDEN, device=dev, dtype=dtype) * HIDDEN**-0.5 for _ in range(LAYERS)]
@@ -87,7 +87,7 @@ def _wide(rows: int, n: int) -> dict:
 
 
 def sweep() -> dict:
-    from server.engine.kernels import FlashInferOps
+    from server.engine.kernels.layer_ops import FlashInferOps
 
     torch.manual_seed(0)
     fi = FlashInferOps()
@@ -115,7 +115,7 @@ NORM_SHAPES = ((1, 1), (1, 2), (1, 4), (1, 8), (2, 2), (2, 4), (2, 8), (4, 4), (
 
 
 def norm_shapes() -> dict:
-    from server.engine.split_k import norm_shape, split_add_rmsnorm, splits_for
+    from server.engine.kernels.split_k import norm_shape, split_add_rmsnorm, splits_for
 
     dev, dtype = torch.device("cuda"), torch.bfloat16
     torch.manual_seed(0)

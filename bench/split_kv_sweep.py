@@ -35,7 +35,7 @@ LAYOUTS |= {"two_1074": [287, 250] * 2} | {name: SWEEP_LAYOUTS[name] for name in
 COLUMNS = 7  # query start, document end, key start, key end, merge slot (-1: alone), part, parts
 
 if triton is not None:
-    from server.engine.triton_attention import _attend_tile  # the engine kernel's tile and key loop
+    from server.engine.kernels.attention.triton_backend import _attend_tile  # the engine kernel's tile and key loop
 
     COLUMNS_C = tl.constexpr(COLUMNS)
 
@@ -143,8 +143,7 @@ VARIANTS = [("nosplit_s3", 0, False, 3), ("nosplit_fused_s3", 0, True, 3), ("nos
 
 
 def sweep(layouts: dict[str, list[int]] = LAYOUTS) -> dict:
-    from server.engine import triton_attention as ta
-
+    from server.engine.kernels.attention import triton_backend as ta
     torch.manual_seed(0)
     dev, dtype, scale = torch.device("cuda"), torch.bfloat16, D**-0.5
     result = {}

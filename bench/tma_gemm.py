@@ -42,7 +42,7 @@ except Exception:  # noqa: BLE001
 WIDE = TileConfig(128, 128, 64, 8, 3)
 
 if triton is not None:
-    from server.engine.qk_norm_rope import norm_rope_halves
+    from server.engine.kernels.qk_norm_rope import norm_rope_halves
 
     @triton.jit
     def _tile_ids(pid, num_m, num_n, GROUP_M: tl.constexpr):

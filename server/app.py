@@ -46,7 +46,7 @@ log = logging.getLogger("chorus.app")
 
 async def load_engines(cfg: ServerConfig) -> Engine:
     """One started engine per device of `--device` (`cuda`: every visible GPU), as a pool."""
-    from server.engine.pool import EnginePool
+    from server.engine.runtime.pool import EnginePool
 
     assert cfg.model, "the model is resolved before the app starts"
     pool = await asyncio.to_thread(EnginePool.load, cfg.model, cfg.engine, cfg.asr_model)

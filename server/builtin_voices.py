@@ -115,7 +115,7 @@ class BuiltinVoices:
         return prompt
 
     async def _load_or_make(self, name: str) -> VoicePrompt:
-        from server.engine.voice_codec import voice_from_bytes, voice_to_bytes
+        from server.engine.model.voice_codec import voice_from_bytes, voice_to_bytes
 
         service, key = self._service, store_key(self.model_key, name)
         blob = await asyncio.to_thread(service.voices.load_builtin, key)

@@ -55,7 +55,7 @@ class ServiceError(Exception):
 
 
 class Engine(Protocol):
-    """The part of the engine API the service uses (`server.engine.pool.EnginePool`: one
+    """The part of the engine API the service uses (`server.engine.runtime.pool.EnginePool`: one
     engine per device behind the single-engine API; `engines` lists them for metrics)."""
 
     sample_rate: int
@@ -261,7 +261,7 @@ class SynthesisService:
             raise
 
     async def library_voice(self, voice_id: str) -> VoicePrompt:
-        from server.engine.voice_codec import voice_from_bytes
+        from server.engine.model.voice_codec import voice_from_bytes
 
         if (cached := self._voice_cache.get(voice_id)) is not None:
             self._voice_cache.move_to_end(voice_id)
@@ -295,7 +295,7 @@ class SynthesisService:
 
     async def add_voice(self, audio: DecodedAudio, text: str | None, name: str | None) -> VoiceInfo:
         """Encode an uploaded clip once and store it in the library."""
-        from server.engine.voice_codec import voice_to_bytes
+        from server.engine.model.voice_codec import voice_to_bytes
 
         prompt = await self.encode_voice(audio, text)
         blob = await asyncio.to_thread(voice_to_bytes, prompt)

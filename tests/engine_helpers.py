@@ -15,7 +15,7 @@ GREEDY = dict(position_temperature=0.0, class_temperature=0.0)
 def start_engine(model, **settings):
     """A started `EngineLoop` on `model` with these `EngineSettings`."""
     from server.config import EngineSettings
-    from server.engine.loop import EngineLoop
+    from server.engine.runtime.loop import EngineLoop
 
     engine = EngineLoop(model, EngineSettings(**settings))
     engine.start()
@@ -24,7 +24,7 @@ def start_engine(model, **settings):
 
 def packed_len(engine, request) -> int:
     """The packed length of `request`'s first chunk on `engine`, as its budget check sees it."""
-    from server.engine.request import RequestState, packed_len_of, plan_request
+    from server.engine.planning.request import RequestState, packed_len_of, plan_request
 
     plan = plan_request(engine.model, request, engine.frame_rate)
     state = RequestState(request=request, plan=plan, sink=None, seq=0, seed=0)

@@ -11,7 +11,7 @@ import httpx
 import pytest
 import torch
 
-from server.engine.request import plan_request
+from server.engine.planning.request import plan_request
 from server.engine.types import GenerationOptions, SynthesisRequest
 from tests.chorus_client import Session, metric_value
 from tests.serverproc import ChorusServer
@@ -148,7 +148,7 @@ def test_chained_chunks_are_sized_as_the_reference_sizes_them(reference_model, m
 @pytest.mark.parametrize("processes", [False, True], ids=["engine-thread", "engine-process"])
 def test_the_pool_budget_holds_for_engine_threads_and_processes(tiny_checkpoint, processes):
     from server.config import EngineSettings
-    from server.engine.pool import EnginePool
+    from server.engine.runtime.pool import EnginePool
     from server.engine.types import RequestRejected
     from tests.engine_helpers import Collector
 

@@ -158,7 +158,7 @@ def test_decode_profile_counts_the_codecs_operators(model):
     """The profile scenario's decode figures, on the CPU: the codec's own operators, counted once
     per decode (its 37 convolutions among them), no device figures off CUDA."""
     from bench.diagnose import profile_decode
-    from server.engine.codec import Codec
+    from server.engine.model.codec import Codec
 
     result = profile_decode(Codec(model), seconds=0.4, iters=2)
     assert result["wall_ms"] > 0 and result["kernel_ms"] is None and result["kernel_launches"] is None

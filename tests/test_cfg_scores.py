@@ -13,9 +13,9 @@ pytest.importorskip("triton")
 
 SCRIPT = textwrap.dedent("""
     import torch
-    from server.engine import cfg_scores as cs
-    from server.engine.canvas import PackedCanvas
-    from server.engine.sampler import Sampler
+    from server.engine.kernels import cfg_scores as cs
+    from server.engine.model.canvas import PackedCanvas
+    from server.engine.model.sampler import Sampler
 
     # the check the sampler runs before it trusts the kernel, in both half precisions
     for dtype in (torch.bfloat16, torch.float16):
@@ -98,8 +98,7 @@ def test_kernel_in_the_interpreter():
 
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
 def test_kernel_on_the_gpu_passes_its_check():
-    from server.engine import cfg_scores
-
+    from server.engine.kernels import cfg_scores
     for dtype in ("bfloat16", "float16"):
         result = cfg_scores.check("cuda", dtype=getattr(__import__("torch"), dtype), rows=512)
         assert cfg_scores.passes(result), (dtype, result)
@@ -107,7 +106,6 @@ def test_kernel_on_the_gpu_passes_its_check():
 
 def test_the_conditional_row_count_compiles_no_new_variant():
     """`uncond_offset` follows the step's rows: no variant compiled per divisibility of it."""
-    from server.engine import cfg_scores as cs
-
+    from server.engine.kernels import cfg_scores as cs
     params = {p.name: p for p in cs._cfg_scores_kernel.params}
     assert params["uncond_offset"].do_not_specialize

@@ -8,8 +8,8 @@ import sys
 import pytest
 from omnivoice.utils.duration import RuleDurationEstimator
 
-from server.engine import char_weights
-from server.engine.char_weights import WeightTable, speed_up_estimates
+from server.engine.planning import char_weights
+from server.engine.planning.char_weights import WeightTable, speed_up_estimates
 from tests.test_packed_len_bound import TEXTS
 
 

@@ -8,8 +8,8 @@ import time
 import numpy as np
 
 from server.config import EngineSettings
-from server.engine.loop import EngineLoop
-from server.engine.request import RequestState, packed_len_of, plan_request
+from server.engine.planning.request import RequestState, packed_len_of, plan_request
+from server.engine.runtime.loop import EngineLoop
 from server.engine.types import GenerationOptions, Progress, SynthesisRequest
 from tests.engine_helpers import Collector
 

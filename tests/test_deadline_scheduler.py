@@ -14,9 +14,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from server.engine import deadlines
-from server.engine.runner import LaunchedPart, LaunchedStep
-from server.engine.scheduler import AHEAD_STEP_FACTOR, Scheduler
+from server.engine.model.runner import LaunchedPart, LaunchedStep
+from server.engine.scheduling import deadlines
+from server.engine.scheduling.scheduler import AHEAD_STEP_FACTOR, Scheduler
 
 FRAME_RATE = 25
 STEP_S = 0.05
@@ -330,7 +330,7 @@ def test_running_chunks_with_slack_pause_for_a_due_decode_then_resume():
 
 
 def test_a_decode_hold_needs_a_due_streamed_chunk_and_ends_on_its_own():
-    from server.engine.scheduler import DECODE_HOLD_MAX_S
+    from server.engine.scheduling.scheduler import DECODE_HOLD_MAX_S
 
     s = scheduler(tokens=1000)
     whole = Request(arrival=0.0, stream="whole").chunk(0)

@@ -13,8 +13,8 @@ import pytest
 import torch
 from torch import nn
 
-from server.engine import decode_graphs
-from server.engine.codec import Codec
+from server.engine.model import decode_graphs
+from server.engine.model.codec import Codec
 
 
 def test_wanted_on_cuda_only_and_switchable(monkeypatch):
@@ -79,7 +79,7 @@ def test_a_masked_bucket_decode_is_the_exact_length_decode(model, frames):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_warmed_buckets_replay_the_masked_decode(tiny_checkpoint):
     from server.checkpoint import load_omnivoice
-    from server.engine.finisher import Finisher
+    from server.engine.runtime.finisher import Finisher
 
     model = load_omnivoice(str(tiny_checkpoint), "cuda", "float32")
     codec = Codec(model)
@@ -121,7 +121,7 @@ def test_decodes_launched_from_the_engine_thread_equal_the_lanes_own(tiny_checkp
     import queue
 
     from server.checkpoint import load_omnivoice
-    from server.engine.finisher import Finisher
+    from server.engine.runtime.finisher import Finisher
 
     model = load_omnivoice(str(tiny_checkpoint), "cuda", "float32")
     codec = Codec(model)
@@ -242,7 +242,7 @@ def test_start_up_warming_captures_every_bucket_on_every_worker_thread(monkeypat
     """`Finisher.warm_decodes` captures each bucket on each of its lanes' threads (a thread
     replays only its own graphs), so a later decode of any length replays wherever it runs; a
     bucket that cannot be captured stays eager, and the others are still warmed."""
-    from server.engine.finisher import Finisher
+    from server.engine.runtime.finisher import Finisher
 
     _fake_cuda(monkeypatch)
     # _FakeGraph.capturing is one global: a capture holds this lock from begin to end, and an
@@ -280,7 +280,7 @@ def test_start_up_warming_captures_every_bucket_on_every_worker_thread(monkeypat
 
 
 def test_warming_is_nothing_without_decode_graphs():
-    from server.engine.finisher import Finisher
+    from server.engine.runtime.finisher import Finisher
 
     class NoGraphs:
         graphs = None

@@ -18,11 +18,11 @@ SCRIPT = textwrap.dedent("""
     import torch
     from bench.parity import random_items
     from server.checkpoint import load_omnivoice
-    from server.engine import embed_merge as em
-    from server.engine.attention import TorchAttention
-    from server.engine.canvas import build_packed_canvas
-    from server.engine.fused_backbone import FusedBackbone
-    from server.engine.kernels import TorchOps
+    from server.engine.kernels import embed_merge as em
+    from server.engine.kernels.attention.selector import TorchAttention
+    from server.engine.model.canvas import build_packed_canvas
+    from server.engine.model.fused_backbone import FusedBackbone
+    from server.engine.kernels.layer_ops import TorchOps
 
     def exact(model, ids, mask):
         # the reference's arithmetic as CUDA runs it: the codebook sum in float32, rounded once
@@ -69,8 +69,7 @@ def test_embeddings_on_the_gpu_give_the_references_bits(tiny_checkpoint):
     import torch
 
     from server.checkpoint import load_omnivoice
-    from server.engine import embed_merge as em
-
+    from server.engine.kernels import embed_merge as em
     for dtype in ("bfloat16", "float16"):
         model = load_omnivoice(str(tiny_checkpoint), "cuda", dtype)
         result = em.check(model, "cuda", rows=8192)

@@ -15,8 +15,8 @@ from litestar.testing import TestClient
 from server import protocol as p
 from server.app import create_app
 from server.config import EngineSettings, ServerConfig
-from server.engine.loop import EngineLoop
-from server.engine.scheduler import ScheduledBatch
+from server.engine.runtime.loop import EngineLoop
+from server.engine.scheduling.scheduler import ScheduledBatch
 
 HOLD_LIMIT_S = 60.0  # a hold that never fills ends here, so a broken engine fails the test, not hangs it
 

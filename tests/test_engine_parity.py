@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from server.engine.attention import TorchAttention
-from server.engine.backbone import OmniVoiceBackbone
-from server.engine.canvas import CanvasItem, build_packed_canvas
+from server.engine.kernels.attention.selector import TorchAttention
+from server.engine.model.backbone import OmniVoiceBackbone
+from server.engine.model.canvas import CanvasItem, build_packed_canvas
 from server.engine.types import GenerationOptions, SynthesisRequest, VoicePrompt
 from tests.engine_helpers import GREEDY, Collector, reference_generate
 
@@ -224,7 +224,7 @@ def test_voice_encoding_equals_reference(engine, reference_model, reference_clip
     ("Designed 你好 voice.", False, "zh", "female, low pitch", True),
 ])
 def test_host_built_canvas_equals_reference_prepare_inputs(reference_model, voice, text, ref, lang, instruct, denoise):
-    from server.engine.request import ChunkPlan, RequestPlan, RequestState, build_utterance
+    from server.engine.planning.request import ChunkPlan, RequestPlan, RequestState, build_utterance
 
     _, vp = voice
     model = reference_model

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from server.config import EngineSettings
-from server.engine.loop import EngineLoop
-from server.engine.pool import EnginePool, expand_devices
+from server.engine.runtime.loop import EngineLoop
+from server.engine.runtime.pool import EnginePool, expand_devices
 from server.engine.types import GenerationOptions, RequestRejected, SynthesisRequest
 from tests.engine_helpers import Collector
 

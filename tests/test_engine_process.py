@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from server.config import EngineSettings
-from server.engine.pool import EnginePool
-from server.engine.process import DIED, EngineProcess
+from server.engine.runtime.pool import EnginePool
+from server.engine.runtime.process import DIED, EngineProcess
 from server.engine.types import GenerationOptions, RequestRejected, SynthesisRequest
 from tests.conftest import make_reference_clip
 from tests.engine_helpers import GREEDY, Collector
@@ -35,7 +35,7 @@ def _request(rid: str, text: str = TEXT, **options) -> SynthesisRequest:
 
 
 def test_audio_through_a_process_equals_the_in_process_engine(pool, tiny_checkpoint):
-    from server.engine.loop import EngineLoop
+    from server.engine.runtime.loop import EngineLoop
 
     sink = Collector()
     pool.submit(_request("p1"), sink)

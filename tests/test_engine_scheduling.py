@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from server.engine.scheduler import Scheduler
+from server.engine.scheduling.scheduler import Scheduler
 from server.engine.types import GenerationOptions, RequestRejected, SynthesisRequest, VoicePrompt
 from tests.engine_helpers import GREEDY, Collector, packed_len, start_engine
 

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from server.engine import loop as engine_loop
-from server.engine.fast_start import CJK_MARKS, EARLIEST, LATEST, LATIN_MARKS, split_first_chunk
-from server.engine.request import plan_request
+from server.engine.planning.fast_start import CJK_MARKS, EARLIEST, LATEST, LATIN_MARKS, split_first_chunk
+from server.engine.planning.request import plan_request
+from server.engine.runtime import loop as engine_loop
 from server.engine.types import ChunkAudio, GenerationOptions, SynthesisRequest, VoicePrompt
 from tests.engine_helpers import GREEDY, Collector
 
@@ -146,8 +146,7 @@ def test_chunk_0_goes_to_its_decoder_before_the_later_chunks_are_built(engine, m
     """Building the later chunks' canvases must not delay chunk 0's decode (its sound is due);
     while the scheduler holds other work for that decode, they are built once its audio is out,
     and `AUDIO_OUT_S` later (the time its send gets the interpreter to itself)."""
-    from server.engine import scheduler as scheduler_module
-
+    from server.engine.scheduling import scheduler as scheduler_module
     monkeypatch.setattr(scheduler_module, "DECODE_HOLD_SLACK_S", 0.0)  # a slow machine: chunk 0 is still due
     monkeypatch.setattr(engine, "_decode_hold", hold)
     order: list[tuple[str, int]] = []
@@ -219,8 +218,7 @@ def test_later_chunks_wait_out_chunk_0s_decode(engine, monkeypatch):
     """Chunk 0's sound is what the listener waits for: the later chunks, queued as chunk 0
     takes its last step, take no step until chunk 0's audio is out, so its decode does not
     share the device with them (`Scheduler.await_decode`)."""
-    from server.engine import scheduler as scheduler_module
-
+    from server.engine.scheduling import scheduler as scheduler_module
     monkeypatch.setattr(scheduler_module, "DECODE_HOLD_MAX_S", 60.0)  # no time-out: the order is exact
     monkeypatch.setattr(scheduler_module, "DECODE_HOLD_SLACK_S", 0.0)  # a slow machine: still only overdue work
     order: list[tuple[str, object]] = []  # steps and audio, both as the engine thread sees them

@@ -9,8 +9,8 @@ import torch
 from omnivoice.models.omnivoice import OmniVoiceGenerationConfig
 from omnivoice.utils.audio import cross_fade_chunks
 
-from server.engine.codec import Codec
-from server.engine.finisher import ChunkDecoded, Finisher, WholeReady
+from server.engine.model.codec import Codec
+from server.engine.runtime.finisher import ChunkDecoded, Finisher, WholeReady
 
 
 def test_finisher_post_processes_as_the_reference(reference_model):
@@ -43,7 +43,7 @@ def test_finisher_post_processes_as_the_reference(reference_model):
 def test_decode_streams_have_the_highest_priority_unless_turned_off(monkeypatch, reference_model):
     """A decode under load must not wait behind the steps' blocks (its request's first audio
     waits for it); the finisher asks for the highest stream priority, an ordinary one when told."""
-    from server.engine.worker_streams import HIGHEST_PRIORITY
+    from server.engine.model.worker_streams import HIGHEST_PRIORITY
 
     codec = Codec(reference_model)
     for env, want in (("", HIGHEST_PRIORITY), ("0", 0)):
@@ -62,8 +62,8 @@ def test_a_cold_thread_warms_its_post_processing_while_the_gpu_decodes(monkeypat
     own audio is the same either way, and a failing warm-up fails nothing."""
     import time
 
-    from server.engine import finisher as finisher_module
-    from server.engine.codec import post_process
+    from server.engine.model.codec import post_process
+    from server.engine.runtime import finisher as finisher_module
 
     raw = finisher_module.warm_clip(24000)[:, ::-1].copy() * 0.5  # a "decoded" clip
 
@@ -156,8 +156,7 @@ def _lane_finisher(monkeypatch, codec, results):
     """A finisher whose two lanes look warmed (a stream and graphs each) off CUDA."""
     import contextlib
 
-    from server.engine import finisher as finisher_module
-
+    from server.engine.runtime import finisher as finisher_module
     monkeypatch.setattr(finisher_module, "on", lambda stream: contextlib.nullcontext())
     monkeypatch.setattr(finisher_module, "_pinned_copy", lambda tensor: tensor.clone())
     monkeypatch.setattr(torch.cuda, "Event", _Event)
@@ -182,7 +181,7 @@ def test_an_idle_lane_decodes_from_the_engine_thread_and_a_busy_one_on_its_own(m
     decodes it. The audio, the tokens and the post-processing are the same either way."""
     import threading
 
-    from server.engine.codec import post_process
+    from server.engine.model.codec import post_process
 
     codec = _LaneCodec(captured=(8,))
     results: queue.Queue = queue.Queue()
@@ -231,7 +230,7 @@ def test_an_idle_lane_decodes_from_the_engine_thread_and_a_busy_one_on_its_own(m
 
 
 def test_a_failed_launch_fails_its_chunk_alone_and_frees_its_lane(monkeypatch):
-    from server.engine.finisher import FinishFailed
+    from server.engine.runtime.finisher import FinishFailed
 
     codec = _LaneCodec()
     results: queue.Queue = queue.Queue()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from server.engine.fp8 import (
+from server.engine.kernels.fp8 import (
     FP8_MAX,
     QuantizationUnsupported,
     check_fp8_device,
@@ -42,7 +42,7 @@ def test_activation_rows_get_their_own_scales_and_zero_rows_stay_finite():
 
 
 def test_fp8_is_refused_off_hopper_with_a_clear_message(reference_model):
-    from server.engine.fused_backbone import make_backbone
+    from server.engine.model.fused_backbone import make_backbone
 
     with pytest.raises(QuantizationUnsupported, match="Hopper"):
         check_fp8_device(torch.device("cpu"))
@@ -53,7 +53,7 @@ def test_fp8_is_refused_off_hopper_with_a_clear_message(reference_model):
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
                     reason="needs a Hopper GPU")
 def test_fp8_linear_matches_bf16_within_fp8_error():
-    from server.engine.fp8 import Fp8Linear
+    from server.engine.kernels.fp8 import Fp8Linear
 
     gen = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(537, 1024, device="cuda", dtype=torch.bfloat16, generator=gen)
@@ -69,8 +69,8 @@ def test_fp8_linear_matches_bf16_within_fp8_error():
 
 INTERPRETED_QUANTIZERS = """
 import torch
-from server.engine import fp8, fp8_activations as fa
-
+from server.engine.kernels import fp8
+from server.engine.kernels import fp8_activations as fa
 torch.manual_seed(0)
 assert fp8.activation_quantizers() is fa.QUANTIZERS
 BF16_STEP = 2.0 ** -7  # relative
@@ -137,8 +137,7 @@ def test_fused_activation_quantizers_compute_what_they_stand_for():
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
                     reason="needs a Hopper GPU")
 def test_fused_activation_quantizers_on_the_gpu_match_the_torch_references():
-    from server.engine import fp8
-
+    from server.engine.kernels import fp8
     triton_q = fp8.activation_quantizers()
     assert triton_q is not fp8.TORCH_QUANTIZERS
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -163,8 +162,8 @@ def test_fused_activation_quantizers_on_the_gpu_match_the_torch_references():
 def test_fused_torch_references_quantise_the_unfused_paths_rows():
     """`add_rmsnorm_quantize_torch` and `silu_mul_quantize_torch` give what the bf16 kernels'
     rows quantised by `quantize_rows_torch` give, and update the residual as the norm does."""
-    from server.engine.fp8 import add_rmsnorm_quantize_torch, silu_mul_quantize_torch
-    from server.engine.kernels import TorchOps
+    from server.engine.kernels.fp8 import add_rmsnorm_quantize_torch, silu_mul_quantize_torch
+    from server.engine.kernels.layer_ops import TorchOps
 
     gen = torch.Generator().manual_seed(1)
     gate_up = (torch.randn(6, 384, generator=gen) * 3).bfloat16()

@@ -7,10 +7,11 @@ import pytest
 import torch
 
 from bench.parity import compare, parity_canvas, random_items, reference_target_logits
-from server.engine.attention import TorchAttention
-from server.engine.backbone import OmniVoiceBackbone
-from server.engine.canvas import build_packed_canvas
-from server.engine.cuda_graphs import (
+from server.engine.kernels.attention.selector import TorchAttention
+from server.engine.kernels.layer_ops import TorchOps
+from server.engine.model.backbone import OmniVoiceBackbone
+from server.engine.model.canvas import build_packed_canvas
+from server.engine.model.cuda_graphs import (
     GRAPH_DOC_BUCKETS,
     GRAPH_TOKEN_BUCKETS,
     bucket_grid,
@@ -18,8 +19,7 @@ from server.engine.cuda_graphs import (
     pad_doc_lens,
     token_buckets_up_to,
 )
-from server.engine.fused_backbone import FusedBackbone, make_backbone
-from server.engine.kernels import TorchOps
+from server.engine.model.fused_backbone import FusedBackbone, make_backbone
 
 
 def _attention(model):
@@ -97,8 +97,7 @@ def test_make_backbone_on_cpu(reference_model):
 def test_flashinfer_boot_check_names_what_is_missing(monkeypatch):
     import importlib
 
-    from server.engine import flashinfer_attention as fa
-
+    from server.engine.kernels.attention import flashinfer_backend as fa
     real_import = importlib.import_module
 
     def fake_import(name, *args, **kwargs):
@@ -113,7 +112,7 @@ def test_flashinfer_boot_check_names_what_is_missing(monkeypatch):
 
 
 def test_doc_indptr():
-    from server.engine.flashinfer_attention import doc_indptr
+    from server.engine.kernels.attention.flashinfer_backend import doc_indptr
 
     out = doc_indptr([3, 1, 5])
     assert out.dtype == torch.int32 and out.device.type == "cpu" and out.tolist() == [0, 3, 4, 9]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import gc
 import threading
 
-from server.engine.gc_pause import gc_paused
+from server.engine.model.gc_pause import gc_paused
 
 
 def test_overlapping_pauses_restore_the_collector_once_the_last_ends():

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 @pytest.fixture(scope="module")
 def flashinfer_ok():
-    from server.engine.flashinfer_attention import FlashInferMissing, check_flashinfer
+    from server.engine.kernels.attention.flashinfer_backend import FlashInferMissing, check_flashinfer
 
     try:
         check_flashinfer()
@@ -49,7 +49,7 @@ def models(tiny_checkpoint, flashinfer_ok):
 
 
 def _fi(model, small_rows: int | None = None):
-    from server.engine.flashinfer_attention import FlashInferAttention
+    from server.engine.kernels.attention.flashinfer_backend import FlashInferAttention
 
     c = model.llm.config
     return FlashInferAttention(model.device, model.audio_heads.weight.dtype, c.head_dim ** -0.5,
@@ -60,7 +60,7 @@ def _fi(model, small_rows: int | None = None):
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_fused_parity_in_half_precision(models, dtype, small_rows):
     from bench.parity import compare, parity_canvas, reference_target_logits
-    from server.engine.fused_backbone import FusedBackbone
+    from server.engine.model.fused_backbone import FusedBackbone
 
     model, model32 = models[dtype], models["float32"]
     canvas = parity_canvas(model, 7, "cuda", n_items=6)
@@ -77,8 +77,8 @@ def test_fused_parity_in_half_precision(models, dtype, small_rows):
 
 def test_graph_replay_equals_eager_and_reuses_plans(models):
     from bench.parity import random_items
-    from server.engine.canvas import build_packed_canvas
-    from server.engine.fused_backbone import FusedBackbone
+    from server.engine.model.canvas import build_packed_canvas
+    from server.engine.model.fused_backbone import FusedBackbone
 
     model = models["bfloat16"]
     fi = _fi(model)
@@ -97,8 +97,8 @@ def test_split_projections_change_nothing_but_rounding(models, seed, n_items, sp
     """Small steps split the O and down projections by default; the forward must stay as
     close to the unsplit one as the reference's half precision is to float32, graphed too."""
     from bench.parity import compare, parity_canvas, reference_target_logits
-    from server.engine import split_k
-    from server.engine.fused_backbone import FusedBackbone
+    from server.engine.kernels import split_k
+    from server.engine.model.fused_backbone import FusedBackbone
 
     model = models["bfloat16"]
     canvas = parity_canvas(model, seed, "cuda", n_items=n_items)
@@ -121,7 +121,7 @@ def test_fp8_fused_activation_quantisation_changes_nothing_but_rounding(models):
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("fp8 needs a Hopper GPU")
     from bench.parity import compare, parity_canvas
-    from server.engine.fused_backbone import FusedBackbone
+    from server.engine.model.fused_backbone import FusedBackbone
 
     model = models["bfloat16"]
     canvas = parity_canvas(model, 4, "cuda", n_items=4)
@@ -144,10 +144,13 @@ FRESH_PROCESS_WARM_UP = textwrap.dedent("""
     from transformers import AutoTokenizer
     from bench.parity import random_items
     from server.checkpoint import SPECS, build_omnivoice
-    from server.engine import embed_merge, qk_norm_rope, split_k, triton_attention
-    from server.engine.canvas import build_packed_canvas
-    from server.engine.flashinfer_attention import FlashInferAttention
-    from server.engine.fused_backbone import FusedBackbone
+    from server.engine.kernels import embed_merge
+    from server.engine.kernels import qk_norm_rope
+    from server.engine.kernels import split_k
+    from server.engine.kernels.attention import triton_backend as triton_attention
+    from server.engine.model.canvas import build_packed_canvas
+    from server.engine.kernels.attention.flashinfer_backend import FlashInferAttention
+    from server.engine.model.fused_backbone import FusedBackbone
 
     def built():
         kernels = (embed_merge._embed_merge_kernel, qk_norm_rope._qk_norm_rope_kernel,

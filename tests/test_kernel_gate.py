@@ -6,7 +6,7 @@ import logging
 
 import torch
 
-from server.engine.triton_env import check_limit, checked_error
+from server.engine.kernels.triton_env import check_limit, checked_error
 
 
 def test_an_error_within_the_dtype_limit_passes_and_is_returned():

@@ -9,10 +9,10 @@ import torch
 
 from bench.lanes import split_documents, sub_canvas
 from bench.parity import random_items
-from server.engine.attention import TorchAttention
-from server.engine.canvas import build_packed_canvas
-from server.engine.fused_backbone import FusedBackbone
-from server.engine.kernels import TorchOps
+from server.engine.kernels.attention.selector import TorchAttention
+from server.engine.kernels.layer_ops import TorchOps
+from server.engine.model.canvas import build_packed_canvas
+from server.engine.model.fused_backbone import FusedBackbone
 
 
 @pytest.mark.parametrize("doc_lens,lanes,want", [

@@ -86,8 +86,8 @@ def test_waiting_for_a_step_takes_commands_meanwhile(model):
     commands in between: a decoded chunk's audio (or a cancel, a submit) is handled while a
     long step runs, not after it. (A CUDA event stand-in: done once a command was handled.)"""
     from server.config import EngineSettings
-    from server.engine.commands import Cancel
-    from server.engine.loop import EngineLoop
+    from server.engine.runtime.commands import Cancel
+    from server.engine.runtime.loop import EngineLoop
 
     eng = EngineLoop(model, EngineSettings())  # not started: this thread plays the engine's
     handled = []

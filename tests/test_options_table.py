@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from server import options as table, protocol as p
-from server.engine.request import validate_options
+from server.engine.planning.request import validate_options
 from server.engine.types import GenerationOptions, RequestRejected
 from server.speech_body import parse_speech_request
 from tests.chorus_client import Session

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from server.engine.request import RequestState, packed_len_bound, packed_len_of, plan_request
+from server.engine.planning.request import RequestState, packed_len_bound, packed_len_of, plan_request
 from server.engine.types import GenerationOptions, RequestRejected, SynthesisRequest, VoicePrompt
 from tests.engine_helpers import Collector, start_engine
 

@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from server.config import EngineSettings
-from server.engine.loop import EngineLoop
-from server.engine.request import RequestState, build_utterance, packed_len_of, plan_request
-from server.engine.runner import StepRunner
+from server.engine.model.runner import StepRunner
+from server.engine.planning.request import RequestState, build_utterance, packed_len_of, plan_request
+from server.engine.runtime.loop import EngineLoop
 from server.engine.types import GenerationOptions, SynthesisRequest
 from tests.engine_helpers import Collector
 
@@ -31,7 +31,7 @@ POISONS = {
 @pytest.fixture()
 def unchecked(monkeypatch):
     """The engine's own option check off: what a bug in validation would let through."""
-    monkeypatch.setattr("server.engine.request.validate_options", lambda opts: None)
+    monkeypatch.setattr("server.engine.planning.request.validate_options", lambda opts: None)
 
 
 @pytest.mark.parametrize("poison", sorted(POISONS))
@@ -101,7 +101,7 @@ def test_selection_picks_only_masked_positions_whatever_the_scores(model, unchec
                 logits[start : start + item.target_len] = garbage
         return logits
 
-    from server.engine.scheduler import ScheduledBatch
+    from server.engine.scheduling.scheduler import ScheduledBatch
 
     for _ in range(poisoned.num_step):
         before = poisoned.item.tokens.clone()

@@ -16,9 +16,9 @@ pytest.importorskip("triton")
 
 SCRIPT = textwrap.dedent("""
     import torch
-    from server.engine import position_keys as pk
-    from server.engine.canvas import PackedCanvas
-    from server.engine.sampler import Sampler
+    from server.engine.kernels import position_keys as pk
+    from server.engine.model.canvas import PackedCanvas
+    from server.engine.model.sampler import Sampler
 
     # the start-up check's inputs (NaN, infinities, overflowing knobs, revealed positions)
     result = pk.check("cpu")
@@ -64,8 +64,7 @@ def test_kernel_in_the_interpreter():
 
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
 def test_kernel_on_the_gpu_is_bit_identical():
-    from server.engine import position_keys
-
+    from server.engine.kernels import position_keys
     for rows in (1, 300, 5000):
         result = position_keys.check("cuda", rows=rows)
         assert position_keys.passes(result), (rows, result)
@@ -80,9 +79,9 @@ def test_sampler_tokens_on_the_gpu_equal_the_torch_path(items):
 
     import torch
 
-    from server.engine.canvas import CanvasItem, PackedCanvas
-    from server.engine.request import unmask_schedule
-    from server.engine.sampler import Sampler
+    from server.engine.model.canvas import CanvasItem, PackedCanvas
+    from server.engine.model.sampler import Sampler
+    from server.engine.planning.request import unmask_schedule
 
     c, v, mask, t, steps = 8, 1025, 1024, 250, 32
 
@@ -120,8 +119,7 @@ def test_arguments_that_change_with_lengths_compile_no_new_variant():
     """A step's row count and its views' strides and offsets follow the texts' lengths. Were
     Triton to specialise on them, the first request whose rows were a multiple of 16 would
     wait for a new compile (300-420 ms on an H200, a fresh-length first sound at 502 ms)."""
-    from server.engine import position_keys as pk
-
+    from server.engine.kernels import position_keys as pk
     params = {p.name: p for p in pk._position_keys_kernel.params}
     for name in ("rows", "su_r", "su_c", "st_r", "st_c", "sk_r", "sk_c"):
         assert params[name].do_not_specialize, name

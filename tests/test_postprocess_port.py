@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from omnivoice.models.omnivoice import OmniVoice, OmniVoiceGenerationConfig
 from omnivoice.utils import audio as reference_audio
 
-from server.engine import postprocess as port
-from server.engine.codec import join_and_post_process, post_process
+from server.engine.model import postprocess as port
+from server.engine.model.codec import join_and_post_process, post_process
 from tests.conftest import make_reference_clip
 
 RATE = 24000

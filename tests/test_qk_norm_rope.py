@@ -13,8 +13,8 @@ pytest.importorskip("triton")
 
 SCRIPT = textwrap.dedent("""
     import torch
-    from server.engine import qk_norm_rope as m
-    from server.engine.kernels import TorchOps
+    from server.engine.kernels import qk_norm_rope as m
+    from server.engine.kernels.layer_ops import TorchOps
     # float32: the kernel is the definition up to float32 rounding
     assert m.check("cpu", torch.float32, 4, 2, 16, 1e-6, 1e6, tokens=29) < 1e-4
     assert m.check("cpu", torch.float16, 16, 8, 128, 1e-6, 1e6, tokens=9) < 2e-3

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from server.engine.canvas import CanvasItem, PackedCanvas
-from server.engine.request import unmask_schedule
-from server.engine.sampler import Sampler
+from server.engine.model.canvas import CanvasItem, PackedCanvas
+from server.engine.model.sampler import Sampler
+from server.engine.planning.request import unmask_schedule
 
 C, V, MASK, T, STEPS = 4, 33, 32, 7, 5
 

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import torch
 
-from server.engine.runner import LaunchedPart, LaunchedStep
-from server.engine.scheduler import Scheduler
+from server.engine.model.runner import LaunchedPart, LaunchedStep
+from server.engine.scheduling.scheduler import Scheduler
 
 
 class Utt:

@@ -64,7 +64,7 @@ def test_graph_limit_is_the_engines_and_a_histogram_bucket():
     from bench.server_steps import GRAPH_MAX_TOKENS
     from server.cli import build_parser
     from server.config import EngineSettings
-    from server.engine.cuda_graphs import DEFAULT_GRAPH_MAX_TOKENS, GRAPH_TOKEN_BUCKETS
+    from server.engine.model.cuda_graphs import DEFAULT_GRAPH_MAX_TOKENS, GRAPH_TOKEN_BUCKETS
     from server.metrics import TOKEN_BUCKETS
 
     assert GRAPH_TOKEN_BUCKETS[-1] == DEFAULT_GRAPH_MAX_TOKENS == GRAPH_MAX_TOKENS in TOKEN_BUCKETS

@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import DacModel
 
-from server.engine import snake
+from server.engine.kernels import snake
 from tests.triton_interpreter import run_in_triton_interpreter
 
 SETUP = textwrap.dedent("""
@@ -32,8 +32,7 @@ SETUP = textwrap.dedent("""
 
 SCRIPT = SETUP + textwrap.dedent("""
     import numpy as np
-    from server.engine import snake as m
-
+    from server.engine.kernels import snake as m
     def numpy_sin_expression(x, alpha):
         # the kernel's arithmetic, op by op, with numpy's float32 sin (the interpreter's `tl.sin`)
         x3 = x.reshape(x.shape[0], x.shape[1], -1)
@@ -166,7 +165,7 @@ def test_install_replaces_every_snake_and_keeps_the_output(monkeypatch):
 
 
 def test_codec_fuses_nothing_on_cpu_but_finds_the_codecs_snakes(reference_model):
-    from server.engine.codec import Codec
+    from server.engine.model.codec import Codec
 
     codec = Codec(reference_model)
     assert codec.fused_snakes == 0

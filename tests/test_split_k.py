@@ -10,7 +10,7 @@ import textwrap
 import pytest
 import torch
 
-from server.engine.split_k import split_linear
+from server.engine.kernels.split_k import split_linear
 from tests.triton_interpreter import run_in_triton_interpreter
 
 
@@ -35,8 +35,8 @@ needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, re
 
 SCRIPT = textwrap.dedent("""
     import torch
-    from server.engine import split_k as m
-    from server.engine.kernels import TorchOps
+    from server.engine.kernels import split_k as m
+    from server.engine.kernels.layer_ops import TorchOps
     torch.manual_seed(0)
     for dtype in (torch.float16, torch.float32):
         for splits in (1, 2, 3):
@@ -81,11 +81,11 @@ BACKBONE_SCRIPT = textwrap.dedent("""
     import torch
     from bench.parity import compare, random_items
     from server.checkpoint import load_omnivoice
-    from server.engine import split_k
-    from server.engine.attention import TorchAttention
-    from server.engine.canvas import build_packed_canvas
-    from server.engine.fused_backbone import FusedBackbone
-    from server.engine.kernels import TorchOps
+    from server.engine.kernels import split_k
+    from server.engine.kernels.attention.selector import TorchAttention
+    from server.engine.model.canvas import build_packed_canvas
+    from server.engine.model.fused_backbone import FusedBackbone
+    from server.engine.kernels.layer_ops import TorchOps
     model = load_omnivoice(sys.argv[1], "cpu", "float32")
     attn = TorchAttention(model.llm.config.head_dim ** -0.5)
     plain = FusedBackbone(model, attn, TorchOps())
@@ -108,7 +108,7 @@ def test_backbone_with_split_projections_in_the_interpreter(tiny_checkpoint):
 
 
 def test_splits_by_rows():
-    from server.engine.split_k import splits_for
+    from server.engine.kernels.split_k import splits_for
 
     assert [splits_for(r) for r in (1, 135, 192, 193, 544, 1024, 1025, 34000)] == [4, 4, 4, 2, 2, 2, 1, 1]
     # a model whose inner dimensions a count does not divide gets the largest halving that does

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from server.engine.request import RequestState, build_utterance, packed_len_of, plan_request
-from server.engine.scheduler import ScheduledBatch
+from server.engine.planning.request import RequestState, build_utterance, packed_len_of, plan_request
+from server.engine.scheduling.scheduler import ScheduledBatch
 from server.engine.types import GenerationOptions, SynthesisRequest
 from tests.engine_helpers import Collector, packed_len, start_engine
 
@@ -49,7 +49,7 @@ def test_out_of_memory_shrinks_the_step_instead_of_failing(model):
 def test_run_isolates_a_failing_item_and_steps_the_rest_once(model):
     """The runner's contract: the culprit comes back in `failed`, every other utterance is in
     exactly one launched part with its next step number, and its canvas moved one step."""
-    from server.engine.runner import StepRunner
+    from server.engine.model.runner import StepRunner
 
     runner = StepRunner.for_model(model, "torch", 100_000)
     states = [_state(model, f"r{i}", i) for i in range(5)]
@@ -89,7 +89,7 @@ class _WarmingBackbone:
 
 
 def test_the_start_up_step_runs_at_the_step_limit_and_an_out_of_memory_caps_steps(monkeypatch):
-    from server.engine.runner import StepRunner
+    from server.engine.model.runner import StepRunner
 
     monkeypatch.delenv("CHORUS_EAGER_WARMUP", raising=False)
     ran = StepRunner(_WarmingBackbone(True), None, torch.device("cpu"), 6000)

@@ -18,7 +18,7 @@ from litestar.testing import TestClient
 from server import protocol as p
 from server.app import create_app
 from server.config import EngineSettings, ServerConfig, StreamLimits
-from server.engine.loop import EngineLoop
+from server.engine.runtime.loop import EngineLoop
 from server.engine.types import ChunkTokens, Finished
 
 SEGMENT_LIMIT = 2

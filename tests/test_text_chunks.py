@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from bench.mixes import long_paragraph, make_text
-from server.engine.text_chunks import chunk_text_punctuation, sentence_spans
+from server.engine.planning.text_chunks import chunk_text_punctuation, sentence_spans
 from server.engine.upstream_names import (
     ABBREVIATIONS,
     CLOSING_MARKS,

@@ -11,13 +11,13 @@ import torch
 
 pytest.importorskip("triton")
 
-from server.engine import triton_attention as ta
+from server.engine.kernels.attention import triton_backend as ta
 from tests.triton_interpreter import run_in_triton_interpreter
 
 SCRIPT = textwrap.dedent("""
     import torch
-    from server.engine import triton_attention as ta
-    from server.engine.attention import TorchAttention
+    from server.engine.kernels.attention import triton_backend as ta
+    from server.engine.kernels.attention.selector import TorchAttention
 
     torch.manual_seed(0)
     hq, hkv, d = 4, 2, 32
@@ -84,9 +84,9 @@ def test_graph_planner_refuses_another_shape():
 NORMED_SCRIPT = textwrap.dedent("""
     import torch
     from bench import normed_attention as na
-    from server.engine import qk_norm_rope as qr
-    from server.engine import triton_attention as ta
-    from server.engine.attention import TorchAttention
+    from server.engine.kernels import qk_norm_rope as qr
+    from server.engine.kernels.attention import triton_backend as ta
+    from server.engine.kernels.attention.selector import TorchAttention
 
     torch.manual_seed(0)
     hq, hkv, d, eps, theta = 4, 2, 32, 1e-6, 1e6
@@ -122,8 +122,7 @@ def test_normalising_experiment_equals_the_two_pass_path_in_the_interpreter():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_normalising_kernel_on_the_gpu_agrees_with_the_two_pass_path():
     from bench import normed_attention as na
-    from server.engine import qk_norm_rope as qr
-
+    from server.engine.kernels import qk_norm_rope as qr
     assert na.check("cuda", torch.bfloat16, 16, 8, 128, 1e-6, 1e6) < 1e-2
     torch.manual_seed(0)
     docs = [287, 250, 1, 1, 5]
@@ -146,7 +145,7 @@ def test_tma_and_pointer_loads_agree_on_the_gpu():
     loads give (same blocks, same arithmetic) and what float32 attention gives, for one-row
     and pad documents, a graph table's empty tiles, three pipeline stages past 2048 rows, and
     operands a descriptor cannot take (which fall back to pointer loads)."""
-    from server.engine.attention import TorchAttention
+    from server.engine.kernels.attention.selector import TorchAttention
 
     dev = torch.device("cuda")
     if not ta.tma_loads(dev):

@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from server.config import EngineSettings
-from server.engine.loop import EngineLoop
+from server.engine.runtime.loop import EngineLoop
 from server.engine.types import GenerationOptions, RequestRejected, SynthesisRequest, VoicePrompt
 from tests.engine_helpers import Collector
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from server.engine.model.voice_codec import voice_from_bytes, voice_to_bytes
 from server.engine.types import VoicePrompt
-from server.engine.voice_codec import voice_from_bytes, voice_to_bytes
 from server.voices import VoiceStore, slug
 
 

@@ -42,12 +42,12 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
-from server.engine import deadlines
-from server.engine.request import Utterance
+from server.engine.planning.request import Utterance
+from server.engine.scheduling import deadlines
 from server.engine.types import RequestRejected
 
 if TYPE_CHECKING:
-    from server.engine.runner import LaunchedStep
+    from server.engine.model.runner import LaunchedStep
 
 
 @dataclass(frozen=True)

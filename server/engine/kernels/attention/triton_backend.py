@@ -31,8 +31,8 @@ import os
 
 import torch
 
-from server.engine.attention import TorchAttention, graph_layout
-from server.engine.triton_env import kernels_can_run
+from server.engine.kernels.attention.selector import TorchAttention, graph_layout
+from server.engine.kernels.triton_env import kernels_can_run
 
 try:  # Triton is optional: CPU installs and machines without it use the other backends
     import triton

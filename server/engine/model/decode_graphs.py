@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from server.engine.gc_pause import gc_paused
+from server.engine.model.gc_pause import gc_paused
 
 log = logging.getLogger(__name__)
 

@@ -16,10 +16,10 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from server.engine.canvas import CanvasItem
-from server.engine.fast_start import split_first_chunk
-from server.engine.prefix_tokens import prefix_tokenizer
-from server.engine.text_chunks import chunk_text_punctuation
+from server.engine.model.canvas import CanvasItem
+from server.engine.planning.fast_start import split_first_chunk
+from server.engine.planning.prefix_tokens import prefix_tokenizer
+from server.engine.planning.text_chunks import chunk_text_punctuation
 from server.engine.types import EventSink, Finished, GenerationOptions, RequestRejected, SynthesisRequest, VoicePrompt
 from server.engine.upstream_names import (
     ZH_RE,

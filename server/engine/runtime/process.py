@@ -41,7 +41,7 @@ def _child_main(conn, model_path: str, settings: EngineSettings, name: str, asr_
     """The child: load the engine, then serve the parent's commands until `stop` or EOF."""
     import logging as _logging
 
-    from server.engine.loop import EngineLoop
+    from server.engine.runtime.loop import EngineLoop
 
     _logging.basicConfig(level="WARNING", format=f"%(asctime)s %(levelname)s {name}: %(message)s")
     send_lock = threading.Lock()

@@ -26,8 +26,8 @@ import logging
 import torch
 import torch.nn.functional as F
 
-from server.engine.sampler import best_unmasked, cfg_mix
-from server.engine.triton_env import INTERPRET as _INTERPRET, kernels_can_run
+from server.engine.kernels.triton_env import INTERPRET as _INTERPRET, kernels_can_run
+from server.engine.model.sampler import best_unmasked, cfg_mix
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ CONFIDENCE_LIMIT = 1e-4  # max |difference| of a confidence (values are ~ -1..-2
 AGREEMENT_LIMIT = 0.999  # share of predicted ids equal to the torch path's
 
 if triton is not None:
-    from server.engine.triton_libm import libm_exp as _exp, libm_log as _log
+    from server.engine.kernels.triton_libm import libm_exp as _exp, libm_log as _log
 
     @triton.jit
     def _log_softmax(x, INTERPRET: tl.constexpr):

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from server.engine.triton_env import kernels_can_run
+from server.engine.kernels.triton_env import kernels_can_run
 
 try:  # Triton is optional: CPU installs keep the reference's modules
     import triton

@@ -23,12 +23,12 @@ import numpy as np
 import torch
 
 from server.config import EngineSettings
-from server.engine.char_weights import speed_up_estimates
-from server.engine.codec import Codec
-from server.engine.commands import Cancel, ChunkDecoded, FinishFailed, Submit, Wake, WholeReady
-from server.engine.finisher import Finisher
-from server.engine.prefix_tokens import prefix_tokenizer
-from server.engine.request import (
+from server.engine.model.codec import Codec
+from server.engine.model.runner import LaunchedStep, StepRunner
+from server.engine.model.voice_encoder import VoiceEncoder
+from server.engine.planning.char_weights import speed_up_estimates
+from server.engine.planning.prefix_tokens import prefix_tokenizer
+from server.engine.planning.request import (
     RequestState,
     Utterance,
     as_torch_voice,
@@ -37,8 +37,9 @@ from server.engine.request import (
     packed_len_of,
     plan_request,
 )
-from server.engine.runner import LaunchedStep, StepRunner
-from server.engine.scheduler import Scheduler, StepLog, StepRecord
+from server.engine.runtime.commands import Cancel, ChunkDecoded, FinishFailed, Submit, Wake, WholeReady
+from server.engine.runtime.finisher import Finisher
+from server.engine.scheduling.scheduler import Scheduler, StepLog, StepRecord
 from server.engine.types import (
     SHUTTING_DOWN,
     Accepted,
@@ -52,7 +53,6 @@ from server.engine.types import (
     SynthesisRequest,
     VoicePrompt,
 )
-from server.engine.voice_encoder import VoiceEncoder
 
 log = logging.getLogger("chorus.engine")
 

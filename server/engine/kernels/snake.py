@@ -29,7 +29,7 @@ import os
 
 import torch
 
-from server.engine.triton_env import INTERPRET as _INTERPRET
+from server.engine.kernels.triton_env import INTERPRET as _INTERPRET
 
 log = logging.getLogger(__name__)
 

@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from server.engine.canvas import PackedCanvas, build_packed_canvas
-from server.engine.cuda_graphs import DEFAULT_GRAPH_MAX_TOKENS
-from server.engine.request import Utterance
-from server.engine.sampler import Sampler
+from server.engine.model.canvas import PackedCanvas, build_packed_canvas
+from server.engine.model.cuda_graphs import DEFAULT_GRAPH_MAX_TOKENS
+from server.engine.model.sampler import Sampler
+from server.engine.planning.request import Utterance
 
 if TYPE_CHECKING:
-    from server.engine.scheduler import ScheduledBatch
+    from server.engine.scheduling.scheduler import ScheduledBatch
 
 log = logging.getLogger("chorus.engine")
 
@@ -116,7 +116,7 @@ class StepRunner:
                   graph_max_tokens: int = DEFAULT_GRAPH_MAX_TOKENS) -> StepRunner:
         """The backbone (`make_backbone`: `attention`, `quantize`, `graph_max_tokens`) and the
         sampler, on the model's device."""
-        from server.engine.fused_backbone import make_backbone
+        from server.engine.model.fused_backbone import make_backbone
 
         device = model.audio_heads.weight.device
         # on CUDA, kernels checked and graphs captured on this GPU

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-from server.engine.attention import graph_layout
+from server.engine.kernels.attention.selector import graph_layout
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +54,7 @@ SMALL_ROWS_TMA = 4608
 
 
 def default_small_rows(device: torch.device) -> int:
-    from server.engine import triton_attention
-
+    from server.engine.kernels.attention import triton_backend as triton_attention
     return SMALL_ROWS_TMA if triton_attention.tma_loads(torch.device(device)) else SMALL_ROWS
 
 
@@ -140,8 +139,8 @@ class FlashInferAttention:
         check; else (None, 0), logged."""
         if rows <= 0:
             return None, 0
-        from server.engine import triton_attention
-        from server.engine.triton_env import checked_error
+        from server.engine.kernels.attention import triton_backend as triton_attention
+        from server.engine.kernels.triton_env import checked_error
 
         if not triton_attention.available(self.device):
             log.info("small-step attention: Triton unavailable, FlashInfer for every step")

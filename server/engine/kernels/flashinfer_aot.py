@@ -1,6 +1,6 @@
 """Build the FlashInfer kernels Chorus uses ahead of time (for images: no nvcc at first request).
 
-`python -m server.engine.flashinfer_aot` compiles exactly Chorus's kernels (ragged
+`python -m server.engine.kernels.flashinfer_aot` compiles exactly Chorus's kernels (ragged
 non-causal prefill for fp16 and bf16 at head_dim 128, rmsnorm, RoPE, silu_and_mul) for
 the architectures in `FLASHINFER_CUDA_ARCH_LIST` (default `9.0a`: H100/H200) and installs
 them where FlashInfer looks before compiling anything: `<flashinfer>/data/aot/<module>/`.

@@ -33,8 +33,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from server.engine.canvas import PackedCanvas, host_to_device, same_items
-from server.engine.request import Utterance
+from server.engine.model.canvas import PackedCanvas, host_to_device, same_items
+from server.engine.planning.request import Utterance
 from server.engine.upstream_names import filter_top_k
 
 log = logging.getLogger(__name__)
@@ -127,7 +127,7 @@ class Sampler:
             wanted = self.device.type == "cuda" and os.environ.get(switch, "") != "0"
         if not wanted:
             return False
-        module = importlib.import_module(f"server.engine.{module_name}")
+        module = importlib.import_module(f"server.engine.kernels.{module_name}")
         try:
             result = module.check(self.device, num_codebooks=self.num_codebooks, vocab=self.mask_id + 1,
                                   mask_id=self.mask_id)
@@ -199,7 +199,7 @@ class Sampler:
         k_host = [u.schedule[u.step] for u in utts]  # this step's picks per item
 
         if self.fused_scores and layout.all_cfg and not layout.any_class_sampling and logits.is_contiguous():
-            from server.engine.cfg_scores import cfg_scores
+            from server.engine.kernels.cfg_scores import cfg_scores
 
             confidence, predicted = cfg_scores(logits, layout.n_cond, layout.cfg_scale, self.mask_id)
             log_probs = None  # only class sampling reads it
@@ -211,7 +211,7 @@ class Sampler:
         vocab = logits.shape[-1]
 
         if self.fused_keys and layout.all_noise and not layout.any_class_sampling:
-            from server.engine.position_keys import position_keys
+            from server.engine.kernels.position_keys import position_keys
 
             # the draws `_noise` makes; keys and ids come back codebook-major for a lone item
             key, predicted, finite_rows = position_keys(

@@ -16,9 +16,9 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from server.engine import decode_graphs
-from server.engine.decode_graphs import DecodeGraphs
-from server.engine.postprocess import cross_fade_chunks, post_process_audio
+from server.engine.model import decode_graphs
+from server.engine.model.decode_graphs import DecodeGraphs
+from server.engine.model.postprocess import cross_fade_chunks, post_process_audio
 from server.engine.types import RequestRejected, VoicePrompt
 
 

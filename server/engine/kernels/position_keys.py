@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from server.engine.triton_env import INTERPRET as _INTERPRET, kernels_can_run
+from server.engine.kernels.triton_env import INTERPRET as _INTERPRET, kernels_can_run
 
 try:  # Triton is optional: CPU installs keep the torch path
     import triton
@@ -33,7 +33,7 @@ except Exception:  # noqa: BLE001
 BLOCK_ROWS = 128
 
 if triton is not None:
-    from server.engine.triton_libm import ieee_div as _div, libm_log as _logf
+    from server.engine.kernels.triton_libm import ieee_div as _div, libm_log as _logf
 
     @triton.jit
     def _isfinite(x):
@@ -106,7 +106,7 @@ def reference(confidence: torch.Tensor, predicted: torch.Tensor, uniform: torch.
               row_temp: torch.Tensor, tokens: torch.Tensor, mask_id: int, vocab: int
               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The sampler's torch path (rows, C), from its own functions, on copies of the inputs."""
-    from server.engine.sampler import _gumbel_, selection_key
+    from server.engine.model.sampler import _gumbel_, selection_key
 
     predicted = predicted.clone()
     key, finite = selection_key(confidence.clone(), _gumbel_(uniform.clone()), row_penalty, row_temp, predicted,

@@ -16,8 +16,8 @@ from concurrent.futures import Future
 import numpy as np
 
 from server.config import EngineSettings
-from server.engine.audio_budget import AudioBudget
-from server.engine.loop import EngineLoop
+from server.engine.runtime.loop import EngineLoop
+from server.engine.scheduling.audio_budget import AudioBudget
 from server.engine.types import (
     Accepted,
     EngineEvent,
@@ -70,7 +70,7 @@ class EnginePool:
         for index, device in enumerate(devices):
             one = replace(settings, device=device)
             if own_process:
-                from server.engine.process import EngineProcess
+                from server.engine.runtime.process import EngineProcess
 
                 engines.append(EngineProcess(model_path, one, f"engine{index}", asr_model))
             else:

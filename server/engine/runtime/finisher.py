@@ -4,7 +4,7 @@ Decoding a finished canvas (7-10 ms on a GPU) would otherwise stall the step loo
 finished chunk. The decode streams have the highest priority, as a request's first audio
 waits for its decode (on an H200 at 70% load this measured no different from an ordinary
 stream). A small pool of worker threads decodes and post-processes right there: the
-vectorised post-processing (server/engine/postprocess.py) takes about a millisecond of CPU
+vectorised post-processing (server/engine/model/postprocess.py) takes about a millisecond of CPU
 per 10 s chunk, mostly in numpy with the GIL released, far less than a hop to a worker
 process would add to a lone request. Results go back to the engine thread as commands, so
 all request bookkeeping stays on the engine thread.
@@ -38,10 +38,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from server.engine.codec import Codec, join_and_post_process, post_process
-from server.engine.commands import ChunkDecoded, Command, FinishFailed, WholeReady
-from server.engine.request import RequestState
-from server.engine.worker_streams import WorkerStreams, decode_priority, on
+from server.engine.model.codec import Codec, join_and_post_process, post_process
+from server.engine.model.worker_streams import WorkerStreams, decode_priority, on
+from server.engine.planning.request import RequestState
+from server.engine.runtime.commands import ChunkDecoded, Command, FinishFailed, WholeReady
 
 log = logging.getLogger("chorus.engine")
 

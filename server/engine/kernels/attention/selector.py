@@ -86,7 +86,7 @@ def make_attention_backend(kind: str, model) -> AttentionBackend:
     head_dim = head_dim_of(cfg)
     if kind != "torch" and device.type == "cuda":
         try:
-            from server.engine.flashinfer_attention import FlashInferAttention
+            from server.engine.kernels.attention.flashinfer_backend import FlashInferAttention
 
             return FlashInferAttention(device, weight.dtype, head_dim**-0.5, cfg.num_attention_heads,
                                        cfg.num_key_value_heads, head_dim)

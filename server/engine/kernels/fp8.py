@@ -111,8 +111,7 @@ TORCH_QUANTIZERS = ActivationQuantizers(quantize_rows_torch, add_rmsnorm_quantiz
 
 def activation_quantizers() -> ActivationQuantizers:
     """Triton's kernels where Triton imports (always beside a Hopper GPU), else torch's."""
-    from server.engine import fp8_activations
-
+    from server.engine.kernels import fp8_activations
     return fp8_activations.QUANTIZERS if fp8_activations.triton is not None else TORCH_QUANTIZERS
 
 

@@ -33,10 +33,12 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from server.engine import split_k
-from server.engine.attention import AttentionBackend, head_dim_of, make_attention_backend
-from server.engine.canvas import PackedCanvas
-from server.engine.cuda_graphs import (
+from server.engine.kernels import split_k
+from server.engine.kernels.attention.selector import AttentionBackend, head_dim_of, make_attention_backend
+from server.engine.kernels.fp8 import Fp8Linear, QuantizationUnsupported, check_fp8_device, quantize_weight
+from server.engine.kernels.layer_ops import FlashInferOps, TorchOps
+from server.engine.model.canvas import PackedCanvas
+from server.engine.model.cuda_graphs import (
     DEFAULT_GRAPH_MAX_TOKENS,
     GRAPH_DOC_BUCKETS,
     GRAPH_TOKEN_BUCKETS,
@@ -45,8 +47,6 @@ from server.engine.cuda_graphs import (
     pad_doc_lens,
     token_buckets_up_to,
 )
-from server.engine.fp8 import Fp8Linear, QuantizationUnsupported, check_fp8_device, quantize_weight
-from server.engine.kernels import FlashInferOps, TorchOps
 
 log = logging.getLogger(__name__)
 
@@ -117,8 +117,8 @@ class FusedBackbone:
             wanted = self.device.type == "cuda" and os.environ.get("CHORUS_FUSED_QK_ROPE", "") != "0"
         if not wanted:
             return "separate"
-        from server.engine import qk_norm_rope
-        from server.engine.triton_env import checked_error
+        from server.engine.kernels import qk_norm_rope
+        from server.engine.kernels.triton_env import checked_error
 
         if not qk_norm_rope.available(self.device if self.device.type == "cuda" else None):
             log.info("q/k norm + RoPE: Triton unavailable, using separate kernels")
@@ -139,7 +139,7 @@ class FusedBackbone:
                       and os.environ.get("CHORUS_SPLIT_K", "") != "0")
         if not wanted:
             return False
-        from server.engine.triton_env import checked_error
+        from server.engine.kernels.triton_env import checked_error
 
         if self.quantize is not None or not split_k.available(self.device if self.device.type == "cuda" else None):
             log.info("split-K projections: unavailable here, unsplit")
@@ -187,7 +187,7 @@ class FusedBackbone:
         for i, layer in enumerate(self.layers):
             qkv = self.linear(h, layer.w_qkv).view(seq, hq + 2 * hkv, d)
             if self.qk_rope_kernel == "triton":
-                from server.engine.qk_norm_rope import qk_norm_rope
+                from server.engine.kernels.qk_norm_rope import qk_norm_rope
 
                 q, k = qk_norm_rope(qkv, layer.qk_norms, pos, hq, hkv, eps, self.rope_theta)
             else:
@@ -239,8 +239,7 @@ class FusedBackbone:
             wanted = self.device.type == "cuda" and os.environ.get("CHORUS_FUSED_EMBED", "") != "0"
         if not wanted:
             return None
-        from server.engine import embed_merge
-
+        from server.engine.kernels import embed_merge
         if not embed_merge.available(self.device if self.device.type == "cuda" else None):
             log.info("input embeddings: Triton unavailable, using the reference's modules")
             return None
@@ -257,7 +256,7 @@ class FusedBackbone:
 
     def _embed(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         if self.embed_order is not None:
-            from server.engine.embed_merge import embed_merge
+            from server.engine.kernels.embed_merge import embed_merge
 
             return embed_merge(self.model, ids, mask, self.embed_order)
         return self.model._prepare_embed_inputs(ids.unsqueeze(0), mask.unsqueeze(0))[0]
@@ -345,7 +344,7 @@ def make_backbone(model, attention="auto", *, graphs: bool = True, quantize: str
     `flashinfer` raises instead.
     `quantize="fp8"` (Hopper, fused path only) runs the projections in FP8 (`fp8.py`).
     """
-    from server.engine.backbone import OmniVoiceBackbone
+    from server.engine.model.backbone import OmniVoiceBackbone
 
     device = model.audio_heads.weight.device
     if quantize == "fp8":

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from server.engine.attention import AttentionBackend, head_dim_of
-from server.engine.canvas import PackedCanvas
+from server.engine.kernels.attention.selector import AttentionBackend, head_dim_of
+from server.engine.model.canvas import PackedCanvas
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:

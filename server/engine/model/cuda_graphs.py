@@ -33,8 +33,8 @@ from functools import lru_cache
 
 import torch
 
-from server.engine.canvas import PackedCanvas
-from server.engine.gc_pause import gc_paused
+from server.engine.model.canvas import PackedCanvas
+from server.engine.model.gc_pause import gc_paused
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from server.engine.fp8 import FP8_MAX, MIN_SCALE, ActivationQuantizers, QuantizedRows
+from server.engine.kernels.fp8 import FP8_MAX, MIN_SCALE, ActivationQuantizers, QuantizedRows
 
 try:  # Triton is optional: without it `fp8.activation_quantizers` gives the torch references
     import triton

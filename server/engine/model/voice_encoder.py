@@ -14,9 +14,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 import torch
 
-from server.engine.codec import Codec
+from server.engine.model.codec import Codec
+from server.engine.model.worker_streams import WorkerStreams
 from server.engine.types import VoicePrompt
-from server.engine.worker_streams import WorkerStreams
 
 ENCODE_WORKERS = 2
 
