@@ -33,7 +33,7 @@ def _finite(t: torch.Tensor) -> bool:
 
 class FiniteCheck:
     def __init__(self, engine, model, limit: int = 6):
-        from server.engine.kernels.attention.selector import TorchAttention
+        from server.engine.kernels.attention.torch_backend import TorchAttention
         from server.engine.model.backbone import OmniVoiceBackbone
         from server.engine.model.fused_backbone import FusedBackbone
 

@@ -37,7 +37,7 @@ def parity(models: dict, dtypes: list[str], seed: int = 0) -> dict:
     """Each half-precision path's target logits against the same-dtype reference forward and
     against the float32 reference; the reference's own half-vs-float32 error is the yardstick."""
     from server.engine.kernels.attention.flashinfer_backend import FlashInferAttention
-    from server.engine.kernels.attention.selector import TorchAttention
+    from server.engine.kernels.attention.torch_backend import TorchAttention
     from server.engine.model.backbone import OmniVoiceBackbone
     from server.engine.model.cuda_graphs import choose_bucket
     from server.engine.model.fused_backbone import FusedBackbone

@@ -23,7 +23,7 @@ import math
 
 import torch
 
-from server.engine.kernels.attention.selector import TorchAttention
+from server.engine.kernels.attention.torch_backend import TorchAttention
 from server.engine.kernels.attention.triton_backend import tile_table
 
 try:  # Triton is optional: the sweep and the tests need it

@@ -14,7 +14,8 @@ import random
 
 import torch
 
-from server.engine.model.canvas import CanvasItem, PackedCanvas, build_packed_canvas
+from server.engine.model.canvas import PackedCanvas, build_packed_canvas
+from server.engine.work import CanvasItem
 
 
 def random_items(model, specs: list[tuple[int, int, float]], seed: int, device,

@@ -31,6 +31,7 @@ from server.api.errors import (
     http_exception_handler,
     internal_error_handler,
 )
+from server.api.pages import template_config, web_route_handlers
 from server.audio_io import AudioLimits
 from server.builtin_voices import model_key
 from server.config import ServerConfig
@@ -46,7 +47,7 @@ log = logging.getLogger("chorus.app")
 
 async def load_engines(cfg: ServerConfig) -> Engine:
     """One started engine per device of `--device` (`cuda`: every visible GPU), as a pool."""
-    from server.engine.runtime.pool import EnginePool
+    from server.engine.runtime.pool import EnginePool  # lazy: keeps torch out of the web layer
 
     assert cfg.model, "the model is resolved before the app starts"
     pool = await asyncio.to_thread(EnginePool.load, cfg.model, cfg.engine, cfg.asr_model)
@@ -87,8 +88,6 @@ def create_app(cfg: ServerConfig, engine: Engine | None = None, owns_engine: boo
 
     def provide_config(state: State) -> ServerConfig:
         return state.config
-
-    from server.api.pages import template_config, web_route_handlers
 
     # Browsers on the allowed other origins may call the HTTP API too (the WebSocket checks
     # the Origin itself: `server.api.auth`).
@@ -136,8 +135,6 @@ async def drain(app: Litestar, seconds: float, hurry: asyncio.Event | None = Non
     (`busy`, HTTP 503 + Retry-After), requests in flight get up to `seconds` (or until
     `hurry` is set) to finish, the rest are cancelled, and once every request has sent its
     end, each WebSocket is closed (1001)."""
-    from server.api.stream import close_all
-
     state = app.state
     state.ready = False
     service: SynthesisService | None = state.get("service")
@@ -151,5 +148,5 @@ async def drain(app: Litestar, seconds: float, hurry: asyncio.Event | None = Non
         service.cancel_all()
         if not await service.wait_idle(10.0):
             log.error("requests still in flight after cancelling", extra={"inflight": service.inflight})
-    await close_all(state.get("connections") or set())
+    await stream.close_all(state.get("connections") or set())
     log.info("drained")

@@ -16,14 +16,12 @@ import hashlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from server.audio_io import DecodedAudio
 from server.engine.types import ChunkAudio, Finished, GenerationOptions, SynthesisRequest, VoicePrompt
+from server.errors import ServiceError
 from server.voices import VoiceInfo
-
-if TYPE_CHECKING:
-    from server.service import SynthesisService
 
 log = logging.getLogger("chorus.voices")
 
@@ -81,10 +79,22 @@ def builtin_info(name: str, seconds: float = SECONDS) -> VoiceInfo:
                      builtin=True)
 
 
+class Speaker(Protocol):
+    """What the built-in voices need of the service (`server.service.SynthesisService`)."""
+
+    model_name: str
+    engines: list
+    voices: object
+
+    def submit(self, request: SynthesisRequest, deliver, endpoint: str) -> object: ...
+
+    async def encode_voice(self, audio: DecodedAudio, text: str | None) -> VoicePrompt: ...
+
+
 class BuiltinVoices:
     """The built-in voices of one service: made on first use, then held in memory."""
 
-    def __init__(self, service: SynthesisService):
+    def __init__(self, service: Speaker):
         self._service = service
         self.model_key = service.model_name  # the app sets `model_key(...)` once it knows the folder
         self._made: dict[str, VoicePrompt] = {}
@@ -115,7 +125,7 @@ class BuiltinVoices:
         return prompt
 
     async def _load_or_make(self, name: str) -> VoicePrompt:
-        from server.engine.model.voice_codec import voice_from_bytes, voice_to_bytes
+        from server.engine.model.voice_codec import voice_from_bytes, voice_to_bytes  # lazy: no torch in the web layer
 
         service, key = self._service, store_key(self.model_key, name)
         blob = await asyncio.to_thread(service.voices.load_builtin, key)
@@ -143,8 +153,6 @@ class BuiltinVoices:
         service.submit(request, deliver, "builtin")
         finished: Finished = await done
         if finished.outcome != "done" or len(parts) != 1:
-            from server.service import ServiceError
-
             raise ServiceError("internal", f"voice: the built-in voice {name!r} could not be made "
                                f"({finished.outcome}: {finished.message})")
         audio = DecodedAudio(parts[0].audio, parts[0].sample_rate)

@@ -33,6 +33,7 @@ from server.engine.types import (
     SynthesisRequest,
     VoicePrompt,
 )
+from server.errors import ServiceError
 from server.metrics import Metrics
 from server.voices import LibraryFull, VoiceInfo, VoiceLibrary
 
@@ -41,17 +42,6 @@ log = logging.getLogger("chorus.service")
 # Codes an engine may reject with that the protocol knows; anything else is invalid_request.
 _ENGINE_CODES = {"invalid_request", "duplicate_id", "text_too_long", "busy", "voice_not_found"}
 VOICE_CACHE_SIZE = 64
-
-
-class ServiceError(Exception):
-    """A request we cannot take; `code` is a protocol error code, the message names the field
-    and `field` is that field (`options.num_step`) when one is at fault."""
-
-    def __init__(self, code: str, message: str, field: str | None = None):
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.field = field
 
 
 class Engine(Protocol):
@@ -261,7 +251,7 @@ class SynthesisService:
             raise
 
     async def library_voice(self, voice_id: str) -> VoicePrompt:
-        from server.engine.model.voice_codec import voice_from_bytes
+        from server.engine.model.voice_codec import voice_from_bytes  # lazy: keeps torch out of the web layer
 
         if (cached := self._voice_cache.get(voice_id)) is not None:
             self._voice_cache.move_to_end(voice_id)
@@ -295,7 +285,7 @@ class SynthesisService:
 
     async def add_voice(self, audio: DecodedAudio, text: str | None, name: str | None) -> VoiceInfo:
         """Encode an uploaded clip once and store it in the library."""
-        from server.engine.model.voice_codec import voice_to_bytes
+        from server.engine.model.voice_codec import voice_to_bytes  # lazy: keeps torch out of the web layer
 
         prompt = await self.encode_voice(audio, text)
         blob = await asyncio.to_thread(voice_to_bytes, prompt)

@@ -24,7 +24,9 @@ def start_engine(model, **settings):
 
 def packed_len(engine, request) -> int:
     """The packed length of `request`'s first chunk on `engine`, as its budget check sees it."""
-    from server.engine.planning.request import RequestState, packed_len_of, plan_request
+    from server.engine.planning.request import plan_request
+    from server.engine.planning.utterances import packed_len_of
+    from server.engine.work import RequestState
 
     plan = plan_request(engine.model, request, engine.frame_rate)
     state = RequestState(request=request, plan=plan, sink=None, seq=0, seed=0)

@@ -8,9 +8,11 @@ import time
 import numpy as np
 
 from server.config import EngineSettings
-from server.engine.planning.request import RequestState, packed_len_of, plan_request
+from server.engine.planning.request import plan_request
+from server.engine.planning.utterances import packed_len_of
 from server.engine.runtime.loop import EngineLoop
 from server.engine.types import GenerationOptions, Progress, SynthesisRequest
+from server.engine.work import RequestState
 from tests.engine_helpers import Collector
 
 TEXT = "A sentence the listener will only hear much later."

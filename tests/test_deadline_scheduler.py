@@ -14,8 +14,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from server.engine.model.runner import LaunchedPart, LaunchedStep
 from server.engine.scheduling import deadlines
+from server.engine.scheduling.output import LaunchedPart, LaunchedStep
 from server.engine.scheduling.scheduler import AHEAD_STEP_FACTOR, Scheduler
 
 FRAME_RATE = 25

@@ -16,7 +16,7 @@ from server import protocol as p
 from server.app import create_app
 from server.config import EngineSettings, ServerConfig
 from server.engine.runtime.loop import EngineLoop
-from server.engine.scheduling.scheduler import ScheduledBatch
+from server.engine.scheduling.output import ScheduledBatch
 
 HOLD_LIMIT_S = 60.0  # a hold that never fills ends here, so a broken engine fails the test, not hangs it
 

@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from server.engine.kernels.attention.selector import TorchAttention
+from server.engine.kernels.attention.torch_backend import TorchAttention
 from server.engine.model.backbone import OmniVoiceBackbone
-from server.engine.model.canvas import CanvasItem, build_packed_canvas
+from server.engine.model.canvas import build_packed_canvas
 from server.engine.types import GenerationOptions, SynthesisRequest, VoicePrompt
+from server.engine.work import CanvasItem
 from tests.engine_helpers import GREEDY, Collector, reference_generate
 
 TEXTS = [
@@ -224,7 +225,8 @@ def test_voice_encoding_equals_reference(engine, reference_model, reference_clip
     ("Designed 你好 voice.", False, "zh", "female, low pitch", True),
 ])
 def test_host_built_canvas_equals_reference_prepare_inputs(reference_model, voice, text, ref, lang, instruct, denoise):
-    from server.engine.planning.request import ChunkPlan, RequestPlan, RequestState, build_utterance
+    from server.engine.planning.utterances import build_utterance
+    from server.engine.work import ChunkPlan, RequestPlan, RequestState
 
     _, vp = voice
     model = reference_model

@@ -42,7 +42,7 @@ def test_activation_rows_get_their_own_scales_and_zero_rows_stay_finite():
 
 
 def test_fp8_is_refused_off_hopper_with_a_clear_message(reference_model):
-    from server.engine.model.fused_backbone import make_backbone
+    from server.engine.model.backbones import make_backbone
 
     with pytest.raises(QuantizationUnsupported, match="Hopper"):
         check_fp8_device(torch.device("cpu"))
@@ -70,9 +70,8 @@ def test_fp8_linear_matches_bf16_within_fp8_error():
 INTERPRETED_QUANTIZERS = """
 import torch
 from server.engine.kernels import fp8
-from server.engine.kernels import fp8_activations as fa
 torch.manual_seed(0)
-assert fp8.activation_quantizers() is fa.QUANTIZERS
+assert fp8.activation_quantizers() is fp8.QUANTIZERS
 BF16_STEP = 2.0 ** -7  # relative
 
 
@@ -80,7 +79,7 @@ def codes(kernel, rows, k, inputs_and_strides):
     # float32 code buffers: the values right before the e4m3 cast
     q, s = torch.empty(rows, k), torch.empty(rows, 1)
     inputs, strides = inputs_and_strides
-    fa._launch(kernel, rows, k, *inputs, q, s, k, *strides)
+    fp8._launch(kernel, rows, k, *inputs, q, s, k, *strides)
     return q, s
 
 
@@ -103,12 +102,12 @@ for rows, k in ((1, 96), (5, 1024), (3, 3072)):
     x[rows // 2] = 0
     wide = torch.cat([x, torch.ones(rows, 32).bfloat16()], 1)[:, :k]  # rows with a stride
     for rows_in in (x, wide):
-        close(codes(fa.quantize_rows_kernel, rows, k, ((rows_in,), (rows_in.stride(0),))), expected(rows_in.float()),
+        close(codes(fp8.quantize_rows_kernel, rows, k, ((rows_in,), (rows_in.stride(0),))), expected(rows_in.float()),
               rtol=1e-6)
 
     h, residual, weight = torch.randn(rows, k).bfloat16(), torch.randn(rows, k).bfloat16() * 4, torch.rand(k) + 0.5
     r_kernel = residual.clone()
-    got = codes(fa.add_rmsnorm_quantize_kernel, rows, k,
+    got = codes(fp8.add_rmsnorm_quantize_kernel, rows, k,
                 ((h, r_kernel, weight.bfloat16()), (h.stride(0), r_kernel.stride(0), 1e-6)))
     total = h.float() + residual.float()
     assert torch.allclose(r_kernel.float(), total, rtol=BF16_STEP, atol=0)  # updated in place
@@ -116,7 +115,7 @@ for rows, k in ((1, 96), (5, 1024), (3, 3072)):
     close(got, expected(normed.bfloat16().float()), rtol=2 * BF16_STEP)
 
     gate_up = torch.randn(rows, 2 * k).bfloat16() * 3
-    got = codes(fa.silu_mul_quantize_kernel, rows, k, ((gate_up,), (gate_up.stride(0),)))
+    got = codes(fp8.silu_mul_quantize_kernel, rows, k, ((gate_up,), (gate_up.stride(0),)))
     gate, up = gate_up.float().chunk(2, dim=1)
     close(got, expected((torch.nn.functional.silu(gate) * up).bfloat16().float()), rtol=2 * BF16_STEP)
 print("ok")

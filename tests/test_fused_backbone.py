@@ -7,9 +7,10 @@ import pytest
 import torch
 
 from bench.parity import compare, parity_canvas, random_items, reference_target_logits
-from server.engine.kernels.attention.selector import TorchAttention
+from server.engine.kernels.attention.torch_backend import TorchAttention
 from server.engine.kernels.layer_ops import TorchOps
 from server.engine.model.backbone import OmniVoiceBackbone
+from server.engine.model.backbones import make_backbone
 from server.engine.model.canvas import build_packed_canvas
 from server.engine.model.cuda_graphs import (
     GRAPH_DOC_BUCKETS,
@@ -19,7 +20,7 @@ from server.engine.model.cuda_graphs import (
     pad_doc_lens,
     token_buckets_up_to,
 )
-from server.engine.model.fused_backbone import FusedBackbone, make_backbone
+from server.engine.model.fused_backbone import FusedBackbone
 
 
 def _attention(model):

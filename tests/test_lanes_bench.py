@@ -9,7 +9,7 @@ import torch
 
 from bench.lanes import split_documents, sub_canvas
 from bench.parity import random_items
-from server.engine.kernels.attention.selector import TorchAttention
+from server.engine.kernels.attention.torch_backend import TorchAttention
 from server.engine.kernels.layer_ops import TorchOps
 from server.engine.model.canvas import build_packed_canvas
 from server.engine.model.fused_backbone import FusedBackbone

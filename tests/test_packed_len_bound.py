@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from server.engine.planning.request import RequestState, packed_len_bound, packed_len_of, plan_request
+from server.engine.planning.request import plan_request
+from server.engine.planning.utterances import packed_len_bound, packed_len_of
 from server.engine.types import GenerationOptions, RequestRejected, SynthesisRequest, VoicePrompt
+from server.engine.work import RequestState
 from tests.engine_helpers import Collector, start_engine
 
 LONG = ("Dr. Smith measured 3.5 litres before noon. The second sentence runs on a little longer, with a "

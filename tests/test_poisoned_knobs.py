@@ -15,9 +15,11 @@ import torch
 
 from server.config import EngineSettings
 from server.engine.model.runner import StepRunner
-from server.engine.planning.request import RequestState, build_utterance, packed_len_of, plan_request
+from server.engine.planning.request import plan_request
+from server.engine.planning.utterances import build_utterance, packed_len_of
 from server.engine.runtime.loop import EngineLoop
 from server.engine.types import GenerationOptions, SynthesisRequest
+from server.engine.work import RequestState
 from tests.engine_helpers import Collector
 
 POISONS = {
@@ -101,7 +103,7 @@ def test_selection_picks_only_masked_positions_whatever_the_scores(model, unchec
                 logits[start : start + item.target_len] = garbage
         return logits
 
-    from server.engine.scheduling.scheduler import ScheduledBatch
+    from server.engine.scheduling.output import ScheduledBatch
 
     for _ in range(poisoned.num_step):
         before = poisoned.item.tokens.clone()

@@ -79,9 +79,10 @@ def test_sampler_tokens_on_the_gpu_equal_the_torch_path(items):
 
     import torch
 
-    from server.engine.model.canvas import CanvasItem, PackedCanvas
+    from server.engine.model.canvas import PackedCanvas
     from server.engine.model.sampler import Sampler
-    from server.engine.planning.request import unmask_schedule
+    from server.engine.planning.utterances import unmask_schedule
+    from server.engine.work import CanvasItem
 
     c, v, mask, t, steps = 8, 1025, 1024, 250, 32
 

@@ -10,7 +10,7 @@ import torch
 
 from server.engine.planning import prefix_tokens
 from server.engine.planning.prefix_tokens import PROBES, PrefixTokenizer, prefix_tokenizer
-from server.engine.planning.request import _prefix_strings
+from server.engine.planning.utterances import _prefix_strings
 from server.engine.upstream_names import tokenize_with_nonverbal_tags
 from tests.test_packed_len_bound import TEXTS
 

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from server.engine.model.canvas import CanvasItem, PackedCanvas
+from server.engine.model.canvas import PackedCanvas
 from server.engine.model.sampler import Sampler
-from server.engine.planning.request import unmask_schedule
+from server.engine.planning.utterances import unmask_schedule
+from server.engine.work import CanvasItem
 
 C, V, MASK, T, STEPS = 4, 33, 32, 7, 5
 

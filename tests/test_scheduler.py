@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import torch
 
-from server.engine.model.runner import LaunchedPart, LaunchedStep
+from server.engine.scheduling.output import LaunchedPart, LaunchedStep
 from server.engine.scheduling.scheduler import Scheduler
 
 

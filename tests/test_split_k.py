@@ -82,7 +82,7 @@ BACKBONE_SCRIPT = textwrap.dedent("""
     from bench.parity import compare, random_items
     from server.checkpoint import load_omnivoice
     from server.engine.kernels import split_k
-    from server.engine.kernels.attention.selector import TorchAttention
+    from server.engine.kernels.attention.torch_backend import TorchAttention
     from server.engine.model.canvas import build_packed_canvas
     from server.engine.model.fused_backbone import FusedBackbone
     from server.engine.kernels.layer_ops import TorchOps

@@ -6,9 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from server.engine.planning.request import RequestState, build_utterance, packed_len_of, plan_request
-from server.engine.scheduling.scheduler import ScheduledBatch
+from server.engine.planning.request import plan_request
+from server.engine.planning.utterances import build_utterance, packed_len_of
+from server.engine.scheduling.output import ScheduledBatch
 from server.engine.types import GenerationOptions, SynthesisRequest
+from server.engine.work import RequestState
 from tests.engine_helpers import Collector, packed_len, start_engine
 
 TEXT = "The budget test sentence, of a modest length."

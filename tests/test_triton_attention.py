@@ -17,7 +17,7 @@ from tests.triton_interpreter import run_in_triton_interpreter
 SCRIPT = textwrap.dedent("""
     import torch
     from server.engine.kernels.attention import triton_backend as ta
-    from server.engine.kernels.attention.selector import TorchAttention
+    from server.engine.kernels.attention.torch_backend import TorchAttention
 
     torch.manual_seed(0)
     hq, hkv, d = 4, 2, 32
@@ -86,7 +86,7 @@ NORMED_SCRIPT = textwrap.dedent("""
     from bench import normed_attention as na
     from server.engine.kernels import qk_norm_rope as qr
     from server.engine.kernels.attention import triton_backend as ta
-    from server.engine.kernels.attention.selector import TorchAttention
+    from server.engine.kernels.attention.torch_backend import TorchAttention
 
     torch.manual_seed(0)
     hq, hkv, d, eps, theta = 4, 2, 32, 1e-6, 1e6
@@ -145,7 +145,7 @@ def test_tma_and_pointer_loads_agree_on_the_gpu():
     loads give (same blocks, same arithmetic) and what float32 attention gives, for one-row
     and pad documents, a graph table's empty tiles, three pipeline stages past 2048 rows, and
     operands a descriptor cannot take (which fall back to pointer loads)."""
-    from server.engine.kernels.attention.selector import TorchAttention
+    from server.engine.kernels.attention.torch_backend import TorchAttention
 
     dev = torch.device("cuda")
     if not ta.tma_loads(dev):

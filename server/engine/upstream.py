@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
+from importlib.metadata import version
 
 # (module, attribute) pairs Chorus relies on.
 REQUIRED_NAMES: tuple[tuple[str, str], ...] = (
@@ -76,7 +77,7 @@ def check_upstream() -> UpstreamReport:
     """Verify every private omnivoice name Chorus uses exists; raise naming the missing."""
     missing = missing_names(REQUIRED_NAMES)
     if not missing:
-        from omnivoice.models.omnivoice import OmniVoice
+        from omnivoice.models.omnivoice import OmniVoice  # lazy: only once the check found it
 
         missing += [f"OmniVoice.{m}" for m in REQUIRED_METHODS if not hasattr(OmniVoice, m)]
     if missing:
@@ -85,6 +86,4 @@ def check_upstream() -> UpstreamReport:
             + ", ".join(missing)
             + " (Chorus is built against omnivoice==0.2.1)"
         )
-    from importlib.metadata import version
-
     return UpstreamReport(version=version("omnivoice"), checked=len(REQUIRED_NAMES) + len(REQUIRED_METHODS))

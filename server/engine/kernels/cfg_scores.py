@@ -26,8 +26,8 @@ import logging
 import torch
 import torch.nn.functional as F
 
+from server.engine.kernels.sampling_ops import best_unmasked, cfg_mix
 from server.engine.kernels.triton_env import INTERPRET as _INTERPRET, kernels_can_run
-from server.engine.model.sampler import best_unmasked, cfg_mix
 
 log = logging.getLogger(__name__)
 

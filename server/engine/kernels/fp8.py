@@ -1,26 +1,24 @@
 """FP8 linear layers for Hopper (`--quantize fp8`): faster GEMMs, not the same numbers.
 
-Weights are e4m3 with one float32 scale per output channel (made once, at load); each
-activation row is quantised on the fly with its own scale (per token, dynamic), and the
-GEMM runs in torch's `_scaled_mm` with both scale vectors applied in its epilogue, writing
-bf16. Where a projection's input comes out of a norm or the MLP gate, that kernel quantises
-its own output (`fp8_activations.py`), so the row is never written in bf16 only to be read
-back by a separate quantising pass (at 34k rows those passes moved about 0.5 GB a layer); it
-rounds the row to bf16 first, so it quantises the row the unfused path would (to float32
-rounding in the norm). Only the four projections of every layer change; attention, norms,
-the embedding and the audio head stay in bf16. Hopper's FP8 tensor cores run about twice as
-many FLOP/s as its bf16 ones; the cost is fidelity, which `chorus bench` reports beside the
-speed (target-logit error and greedy token agreement against bf16 and against float32). The
-default is bf16.
+Weights are e4m3 with one float32 scale per output channel (made once, at load); each activation
+row is quantised on the fly with its own scale, by the kernel that makes the row where it can (the
+residual add + RMSNorm, the SiLU gate: one program a row, in Triton) so the row is never written in
+bf16 only to be read back. The GEMM is torch's `_scaled_mm` with both scales in its epilogue.
+The torch functions here are the references the Triton kernels are checked against.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+
+try:  # Triton is optional: without it `activation_quantizers` gives the torch references
+    import triton
+    import triton.language as tl
+except Exception:  # noqa: BLE001
+    triton = None
 
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
 MIN_SCALE = 1e-12  # an all-zero row still gets a finite, positive scale
@@ -111,8 +109,97 @@ TORCH_QUANTIZERS = ActivationQuantizers(quantize_rows_torch, add_rmsnorm_quantiz
 
 def activation_quantizers() -> ActivationQuantizers:
     """Triton's kernels where Triton imports (always beside a Hopper GPU), else torch's."""
-    from server.engine.kernels import fp8_activations
-    return fp8_activations.QUANTIZERS if fp8_activations.triton is not None else TORCH_QUANTIZERS
+    return QUANTIZERS if triton is not None else TORCH_QUANTIZERS
+
+
+
+# ---- the Triton kernels: rows to e4m3 alone, or fused into the kernel that makes them ----
+# The fused kernels round their row to bf16 before quantising, as the unfused path's bf16 output
+# would be. The codes are cast to the output buffer's dtype: e4m3 in use, float32 where a test
+# reads them before rounding (Triton's CPU interpreter does not round to e4m3 as the GPU does).
+
+if triton is not None:
+    # the bounds above, as compile-time constants of the kernels
+    E4M3_MAX: tl.constexpr = tl.constexpr(FP8_MAX)
+    SCALE_FLOOR: tl.constexpr = tl.constexpr(MIN_SCALE)
+
+    @triton.jit
+    def store_quantized(y, q_ptr, s_ptr, row, K, offs, keep):
+        scale = tl.maximum(tl.max(tl.abs(y), axis=0), SCALE_FLOOR) / E4M3_MAX
+        q = tl.minimum(tl.maximum(y / scale, -E4M3_MAX), E4M3_MAX)
+        tl.store(q_ptr + row * K + offs, q.to(q_ptr.dtype.element_ty), mask=keep)  # e4m3 (float32: tests)
+        tl.store(s_ptr + row, scale)
+
+    @triton.jit
+    def quantize_rows_kernel(x_ptr, q_ptr, s_ptr, K, stride_x, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        offs = tl.arange(0, BLOCK)
+        keep = offs < K
+        x = tl.load(x_ptr + row * stride_x + offs, mask=keep, other=0.0).to(tl.float32)
+        store_quantized(x, q_ptr, s_ptr, row, K, offs, keep)
+
+    @triton.jit
+    def add_rmsnorm_quantize_kernel(h_ptr, r_ptr, w_ptr, q_ptr, s_ptr, K, stride_h, stride_r, eps,
+                                    BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        offs = tl.arange(0, BLOCK)
+        keep = offs < K
+        x = (tl.load(h_ptr + row * stride_h + offs, mask=keep, other=0.0).to(tl.float32)
+             + tl.load(r_ptr + row * stride_r + offs, mask=keep, other=0.0).to(tl.float32))
+        tl.store(r_ptr + row * stride_r + offs, x.to(r_ptr.dtype.element_ty), mask=keep)
+        rstd = tl.rsqrt(tl.sum(x * x, axis=0) / K + eps)
+        w = tl.load(w_ptr + offs, mask=keep, other=0.0).to(tl.float32)
+        y = (x * rstd * w).to(h_ptr.dtype.element_ty).to(tl.float32)  # the bf16 row the GEMM would read
+        store_quantized(y, q_ptr, s_ptr, row, K, offs, keep)
+
+    @triton.jit
+    def silu_mul_quantize_kernel(gu_ptr, q_ptr, s_ptr, K, stride_gu, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        offs = tl.arange(0, BLOCK)
+        keep = offs < K
+        gate = tl.load(gu_ptr + row * stride_gu + offs, mask=keep, other=0.0).to(tl.float32)
+        up = tl.load(gu_ptr + row * stride_gu + K + offs, mask=keep, other=0.0).to(tl.float32)
+        y = (gate / (1.0 + tl.exp(-gate)) * up).to(gu_ptr.dtype.element_ty).to(tl.float32)
+        store_quantized(y, q_ptr, s_ptr, row, K, offs, keep)
+
+
+def _quantized_outputs(m: int, k: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    return (torch.empty((m, k), dtype=torch.float8_e4m3fn, device=device),
+            torch.empty((m, 1), dtype=torch.float32, device=device))
+
+
+def _launch(kernel, m: int, k: int, *args) -> None:
+    if m:
+        block = triton.next_power_of_2(k)
+        kernel[(m,)](*args, BLOCK=block, num_warps=8 if block >= 4096 else 4)
+
+
+def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row of x (M, K) in e4m3 with its own scale: (codes, scales (M, 1))."""
+    m, k = x.shape
+    q, s = _quantized_outputs(m, k, x.device)
+    _launch(quantize_rows_kernel, m, k, x, q, s, k, x.stride(0))
+    return q, s
+
+
+def add_rmsnorm_quantize(h: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                         eps: float) -> QuantizedRows:
+    """`residual += h` (in place), then RMSNorm(residual) * weight, quantised per row."""
+    m, k = h.shape
+    q, s = _quantized_outputs(m, k, h.device)
+    _launch(add_rmsnorm_quantize_kernel, m, k, h, residual, weight, q, s, k, h.stride(0), residual.stride(0), eps)
+    return QuantizedRows(q, s, h.dtype)
+
+
+def silu_mul_quantize(gate_up: torch.Tensor) -> QuantizedRows:
+    """SiLU(gate) * up of rows [gate | up] (M, 2I), quantised per row: (M, I) codes."""
+    m, k = gate_up.shape[0], gate_up.shape[1] // 2
+    q, s = _quantized_outputs(m, k, gate_up.device)
+    _launch(silu_mul_quantize_kernel, m, k, gate_up, q, s, k, gate_up.stride(0))
+    return QuantizedRows(q, s, gate_up.dtype)
+
+
+QUANTIZERS = ActivationQuantizers(quantize_rows, add_rmsnorm_quantize, silu_mul_quantize)
 
 
 class Fp8Linear:
@@ -122,8 +209,6 @@ class Fp8Linear:
     def __init__(self, device: torch.device):
         check_fp8_device(device)
         self.quantizers = activation_quantizers()
-        # CHORUS_FP8_FUSED_QUANT=0: norms and the gate write bf16, quantised by a separate pass
-        self.fused = os.environ.get("CHORUS_FP8_FUSED_QUANT", "") != "0"
 
     def __call__(self, x, w: Fp8Weight) -> torch.Tensor:
         if isinstance(x, QuantizedRows):

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import torch
 
+from server.engine.kernels.sampling_ops import gumbel_, selection_key
 from server.engine.kernels.triton_env import INTERPRET as _INTERPRET, kernels_can_run
 
 try:  # Triton is optional: CPU installs keep the torch path
@@ -106,10 +107,8 @@ def reference(confidence: torch.Tensor, predicted: torch.Tensor, uniform: torch.
               row_temp: torch.Tensor, tokens: torch.Tensor, mask_id: int, vocab: int
               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The sampler's torch path (rows, C), from its own functions, on copies of the inputs."""
-    from server.engine.model.sampler import _gumbel_, selection_key
-
     predicted = predicted.clone()
-    key, finite = selection_key(confidence.clone(), _gumbel_(uniform.clone()), row_penalty, row_temp, predicted,
+    key, finite = selection_key(confidence.clone(), gumbel_(uniform.clone()), row_penalty, row_temp, predicted,
                                 tokens, mask_id, vocab)
     return key, predicted, finite
 

@@ -29,6 +29,11 @@ import os
 
 import torch
 
+try:  # the codec's activation class; matched by class name below as well
+    from transformers.models.dac.modeling_dac import Snake1d
+except Exception:  # noqa: BLE001
+    Snake1d = None
+
 from server.engine.kernels.triton_env import INTERPRET as _INTERPRET
 
 log = logging.getLogger(__name__)
@@ -141,11 +146,7 @@ def check(device) -> float:
 
 
 def _snake_classes() -> tuple[type, ...]:
-    try:
-        from transformers.models.dac.modeling_dac import Snake1d
-    except Exception:  # noqa: BLE001 - matched by class name below as well
-        return ()
-    return (Snake1d,)
+    return () if Snake1d is None else (Snake1d,)
 
 
 def _snakes(module: torch.nn.Module) -> list[torch.nn.Module]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from server.engine.kernels.attention.selector import AttentionBackend, head_dim_of
+from server.engine.kernels.attention.base import AttentionBackend, head_dim_of
 from server.engine.model.canvas import PackedCanvas
 
 

@@ -10,53 +10,12 @@ the previous one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 
-
-@dataclass
-class CanvasItem:
-    """One utterance's contribution to a step.
-
-    `prefix_ids` is [C, N]: style tokens, text tokens, then reference audio tokens when
-    cloning. `tokens` is [C, T], the live target canvas (MASK at step 0, fully revealed
-    after the last step); it is updated in place by the sampler between steps.
-    """
-
-    item_id: str
-    prefix_ids: torch.Tensor
-    prefix_audio_mask: torch.Tensor
-    tokens: torch.Tensor
-    guidance_scale: float
-    # the prefix's audio mask on the host, for building index arrays without device reads
-    prefix_audio_mask_host: np.ndarray = field(default=None, repr=False)  # type: ignore[assignment]
-
-    def __post_init__(self) -> None:
-        if self.prefix_audio_mask_host is None:
-            self.prefix_audio_mask_host = self.prefix_audio_mask.cpu().numpy().astype(np.bool_)
-
-    @property
-    def does_cfg(self) -> bool:
-        return self.guidance_scale != 0
-
-    @property
-    def prefix_len(self) -> int:
-        return int(self.prefix_ids.shape[1])
-
-    @property
-    def target_len(self) -> int:
-        return int(self.tokens.shape[1])
-
-    @property
-    def cond_len(self) -> int:
-        return self.prefix_len + self.target_len
-
-    @property
-    def packed_len(self) -> int:
-        """Tokens this item adds to a step: its budget cost."""
-        return self.cond_len + (self.target_len if self.does_cfg else 0)
+from server.engine.work import CanvasItem
 
 
 @dataclass

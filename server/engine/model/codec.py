@@ -16,6 +16,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from server.engine.kernels import snake
 from server.engine.model import decode_graphs
 from server.engine.model.decode_graphs import DecodeGraphs
 from server.engine.model.postprocess import cross_fade_chunks, post_process_audio
@@ -31,8 +32,6 @@ class Codec:
         tokenizer = getattr(model, "audio_tokenizer", None)
         device = torch.device(getattr(tokenizer, "device", "cpu")) if tokenizer is not None else None
         if device is not None and device.type == "cuda":
-            from server.engine import snake  # lazily: CPU installs need no Triton
-
             self.fused_snakes = snake.install(tokenizer)
             if decode_graphs.wanted(device):
                 self.graphs = DecodeGraphs(self._decode_codes, tokenizer.acoustic_decoder)

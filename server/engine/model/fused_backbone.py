@@ -27,26 +27,24 @@ layer order) is exercised and checked on CPU against the reference.
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from server.engine.kernels import split_k
-from server.engine.kernels.attention.selector import AttentionBackend, head_dim_of, make_attention_backend
-from server.engine.kernels.fp8 import Fp8Linear, QuantizationUnsupported, check_fp8_device, quantize_weight
+from server.engine.kernels import embed_merge, qk_norm_rope, split_k
+from server.engine.kernels.attention.base import AttentionBackend, head_dim_of
+from server.engine.kernels.fp8 import Fp8Linear, quantize_weight
 from server.engine.kernels.layer_ops import FlashInferOps, TorchOps
 from server.engine.model.canvas import PackedCanvas
 from server.engine.model.cuda_graphs import (
-    DEFAULT_GRAPH_MAX_TOKENS,
     GRAPH_DOC_BUCKETS,
     GRAPH_TOKEN_BUCKETS,
     ForwardStats,
     StepGraphs,
     pad_doc_lens,
-    token_buckets_up_to,
 )
+from server.engine.model.kernel_choices import choose_embed_order, choose_qk_rope, choose_split_k
 
 log = logging.getLogger(__name__)
 
@@ -96,12 +94,14 @@ class FusedBackbone:
                     setattr(layer, name, quantize_weight(getattr(layer, name)))
         elif quantize is not None:
             raise ValueError(f"unknown quantization {quantize!r} (fp8 or none)")
-        self.fp8_fused = quantize == "fp8" and self.linear.fused
+        self.fp8_fused = quantize == "fp8"  # norms and the gate write e4m3 rows themselves
         self.final_norm = model.llm.norm.weight
         self.stats = ForwardStats()
-        self.qk_rope_kernel = self._pick_qk_rope(fuse_qk_rope)
-        self.split_k = self._pick_split_k(split_k)
-        self.embed_order = self._pick_embed(fuse_embed)
+        self.qk_rope_kernel, self.qk_rope_check_error = choose_qk_rope(
+            fuse_qk_rope, self.device, self.dtype, self.num_q_heads, self.num_kv_heads, self.head_dim, self.eps,
+            self.rope_theta)
+        self.split_k = choose_split_k(split_k, self.device, self.dtype, quantize, self.layers[0].w_o.shape[0], self.eps)
+        self.embed_order, self.embed_check = choose_embed_order(fuse_embed, model, self.device)
         self.graphs_enabled = graphs and self.device.type == "cuda" and hasattr(attention, "graph_planner")
         self.graphs = StepGraphs(self._embed_and_layers, attention, self.device, self.num_codebooks, self.mask_id,
                                  self.stats, token_buckets, doc_buckets)
@@ -109,44 +109,6 @@ class FusedBackbone:
     @property
     def graph_max_tokens(self) -> int:
         return self.graphs.max_tokens if self.graphs_enabled else 0
-
-    def _pick_qk_rope(self, wanted: bool | None) -> str:
-        """`triton` (one fused q/k norm + RoPE pass) when asked or by default on CUDA, if its
-        self-check passes; else `separate` (the ops' rmsnorm then RoPE)."""
-        if wanted is None:
-            wanted = self.device.type == "cuda" and os.environ.get("CHORUS_FUSED_QK_ROPE", "") != "0"
-        if not wanted:
-            return "separate"
-        from server.engine.kernels import qk_norm_rope
-        from server.engine.kernels.triton_env import checked_error
-
-        if not qk_norm_rope.available(self.device if self.device.type == "cuda" else None):
-            log.info("q/k norm + RoPE: Triton unavailable, using separate kernels")
-            return "separate"
-        err = checked_error("q/k norm + RoPE", lambda: qk_norm_rope.check(
-            self.device, self.dtype, self.num_q_heads, self.num_kv_heads, self.head_dim, self.eps, self.rope_theta),
-            self.dtype, "using separate kernels")
-        if err is None:
-            return "separate"
-        self.qk_rope_check_error = err
-        return "triton"
-
-    def _pick_split_k(self, wanted: bool | None) -> bool:
-        """Whether small steps split their narrow projections: by default on CUDA in the
-        model's own dtype (not fp8), if the kernel's self-check passes."""
-        if wanted is None:
-            wanted = (self.device.type == "cuda" and self.quantize is None
-                      and os.environ.get("CHORUS_SPLIT_K", "") != "0")
-        if not wanted:
-            return False
-        from server.engine.kernels.triton_env import checked_error
-
-        if self.quantize is not None or not split_k.available(self.device if self.device.type == "cuda" else None):
-            log.info("split-K projections: unavailable here, unsplit")
-            return False
-        hidden = self.layers[0].w_o.shape[0]
-        return checked_error("split-K add + norm", lambda: split_k.check(self.device, self.dtype, hidden, self.eps),
-                             self.dtype, "unsplit projections") is not None
 
     @staticmethod
     @torch.no_grad()
@@ -187,9 +149,7 @@ class FusedBackbone:
         for i, layer in enumerate(self.layers):
             qkv = self.linear(h, layer.w_qkv).view(seq, hq + 2 * hkv, d)
             if self.qk_rope_kernel == "triton":
-                from server.engine.kernels.qk_norm_rope import qk_norm_rope
-
-                q, k = qk_norm_rope(qkv, layer.qk_norms, pos, hq, hkv, eps, self.rope_theta)
+                q, k = qk_norm_rope.qk_norm_rope(qkv, layer.qk_norms, pos, hq, hkv, eps, self.rope_theta)
             else:
                 q = ops.rmsnorm(qkv[:, :hq], layer.q_norm, eps, out=x.new_empty(seq, hq, d))
                 k = ops.rmsnorm(qkv[:, hq : hq + hkv], layer.k_norm, eps, out=x.new_empty(seq, hkv, d))
@@ -231,34 +191,9 @@ class FusedBackbone:
             return self.linear.quantizers.silu_mul_quantize(gate_up)
         return self.ops.silu_and_mul(gate_up)
 
-    def _pick_embed(self, wanted: bool | None) -> str | None:
-        """The order in which the one-pass embedding kernel (`embed_merge`) sums the codebooks:
-        by default on CUDA (`CHORUS_FUSED_EMBED=0` turns it off), the first order that gives
-        the reference's bits on this model's tables; None (the reference's modules) if none does."""
-        if wanted is None:
-            wanted = self.device.type == "cuda" and os.environ.get("CHORUS_FUSED_EMBED", "") != "0"
-        if not wanted:
-            return None
-        from server.engine.kernels import embed_merge
-        if not embed_merge.available(self.device if self.device.type == "cuda" else None):
-            log.info("input embeddings: Triton unavailable, using the reference's modules")
-            return None
-        try:
-            self.embed_check = embed_merge.check(self.model, self.device)
-        except Exception as exc:  # noqa: BLE001 - fall back, loudly
-            log.warning("input embeddings kernel failed its check (%s); using the reference's modules", exc)
-            return None
-        order = embed_merge.pick_order(self.embed_check)
-        if order is None:
-            log.warning("input embeddings kernel differs from the reference (%s); using the reference's modules",
-                        self.embed_check)
-        return order
-
     def _embed(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         if self.embed_order is not None:
-            from server.engine.kernels.embed_merge import embed_merge
-
-            return embed_merge(self.model, ids, mask, self.embed_order)
+            return embed_merge.embed_merge(self.model, ids, mask, self.embed_order)
         return self.model._prepare_embed_inputs(ids.unsqueeze(0), mask.unsqueeze(0))[0]
 
     def _embed_and_layers(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, plan) -> torch.Tensor:
@@ -328,40 +263,3 @@ class FusedBackbone:
             F.linear(hidden[: docs[1]], self.model.audio_heads.weight)
             torch.cuda.synchronize(self.device)
         return True
-
-
-# ---- the factory the engine calls ---------------------------------------------------------
-
-
-def make_backbone(model, attention="auto", *, graphs: bool = True, quantize: str | None = None,
-                  graph_max_tokens: int = DEFAULT_GRAPH_MAX_TOKENS):
-    """The backbone for `model`.
-
-    `attention` is a setting (`auto` | `torch` | `flashinfer`) or an attention backend already
-    made (`make_attention_backend`). FlashInfer on CUDA gets the fused path (CUDA graphs for
-    steps up to `graph_max_tokens` when `graphs`); anything else gets the reference modules
-    (logged). `auto` falls back to torch attention when FlashInfer fails its boot check;
-    `flashinfer` raises instead.
-    `quantize="fp8"` (Hopper, fused path only) runs the projections in FP8 (`fp8.py`).
-    """
-    from server.engine.model.backbone import OmniVoiceBackbone
-
-    device = model.audio_heads.weight.device
-    if quantize == "fp8":
-        check_fp8_device(device)
-    backend = make_attention_backend(attention, model) if isinstance(attention, str) else attention
-    if backend.name == "flashinfer" and device.type == "cuda":
-        buckets = token_buckets_up_to(graph_max_tokens)
-        fused = FusedBackbone(model, backend, graphs=graphs and bool(buckets), quantize=quantize,
-                              token_buckets=buckets or GRAPH_TOKEN_BUCKETS)
-        fused.capture()
-        graphs_note = (f"up to {fused.graph_max_tokens} tokens ({len(fused.graphs.captured)} captured in "
-                       f"{fused.graphs.capture_seconds:.1f} s)" if fused.graphs_enabled else "off")
-        log.info("backbone: fused, FlashInfer (%s kernels), CUDA graphs %s", getattr(backend, "backend", "?"),
-                 graphs_note)
-        return fused
-    if quantize is not None:
-        raise QuantizationUnsupported(
-            f"--quantize {quantize} needs the fused FlashInfer path, which is unavailable here")
-    log.info("backbone: reference modules, %s attention on %s", backend.name, device.type)
-    return OmniVoiceBackbone(model, backend)

@@ -17,84 +17,19 @@ import logging
 import os
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import torch
 
+from server.engine.model.backbones import make_backbone
 from server.engine.model.canvas import PackedCanvas, build_packed_canvas
 from server.engine.model.cuda_graphs import DEFAULT_GRAPH_MAX_TOKENS
 from server.engine.model.sampler import Sampler
-from server.engine.planning.request import Utterance
-
-if TYPE_CHECKING:
-    from server.engine.scheduling.scheduler import ScheduledBatch
+from server.engine.scheduling.output import FailedItem, LaunchedPart, LaunchedStep, ScheduledBatch, StepTimer
+from server.engine.work import Utterance
 
 log = logging.getLogger("chorus.engine")
 
 CAP_RELAX_AFTER_STEPS = 200  # clean steps before the out-of-memory cap grows by a quarter
-
-
-class StepTimer:
-    """Wall time of a step's device work: CUDA events on a GPU, the clock elsewhere."""
-
-    def __init__(self, device: torch.device):
-        self._cuda = device.type == "cuda"
-        if self._cuda:
-            self._start = torch.cuda.Event(enable_timing=True)
-            self._end = torch.cuda.Event(enable_timing=True)
-            self._start.record()
-        else:
-            self._t0 = time.perf_counter()
-
-    def stop(self) -> None:
-        if self._cuda:
-            self._end.record()
-        else:
-            self._elapsed = time.perf_counter() - self._t0
-
-    def seconds(self) -> float:
-        if self._cuda:
-            self._end.synchronize()
-            return self._start.elapsed_time(self._end) / 1000.0
-        return self._elapsed
-
-
-@dataclass
-class LaunchedPart:
-    """Utterances stepped by one forward, and their (not yet read) finiteness flags."""
-
-    utts: list[Utterance]
-    finite: torch.Tensor  # (items,) bool, on the host once `ready` has passed
-    step_numbers: list[int]  # each utterance's step number, 1..num_step, after this step
-    ready: torch.cuda.Event | None = None
-
-
-@dataclass(frozen=True)
-class FailedItem:
-    """An utterance whose step raised even alone: its request must end with `error`."""
-
-    utt: Utterance
-    error: BaseException
-
-
-@dataclass
-class LaunchedStep:
-    """What one `run` queued on the device: the contract between runner, scheduler and loop."""
-
-    parts: list[LaunchedPart]
-    failed: list[FailedItem] = field(default_factory=list)
-    timer: StepTimer | None = None
-    items: int = 0  # utterances scheduled
-    packed_tokens: int = 0  # their packed tokens
-    admitted: int = 0  # of which joined at this step boundary
-    index: int = 0  # the engine's step number
-    interval: float | None = None  # s since the previous launch, if that step was still in flight
-
-    @property
-    def stepped(self) -> list[Utterance]:
-        """Every utterance that advanced one step."""
-        return [utt for part in self.parts for utt in part.utts]
 
 
 def is_oom(exc: BaseException) -> bool:
@@ -116,8 +51,6 @@ class StepRunner:
                   graph_max_tokens: int = DEFAULT_GRAPH_MAX_TOKENS) -> StepRunner:
         """The backbone (`make_backbone`: `attention`, `quantize`, `graph_max_tokens`) and the
         sampler, on the model's device."""
-        from server.engine.model.fused_backbone import make_backbone
-
         device = model.audio_heads.weight.device
         # on CUDA, kernels checked and graphs captured on this GPU
         with torch.cuda.device(device) if device.type == "cuda" else nullcontext():

@@ -24,67 +24,21 @@ fails its own item through the finiteness flags; the other items step on unchang
 
 from __future__ import annotations
 
-import importlib
 import logging
-import os
 from dataclasses import dataclass
+from types import ModuleType
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from server.engine.kernels import cfg_scores, position_keys
+from server.engine.kernels.sampling_ops import best_unmasked, cfg_mix, gumbel, gumbel_, selection_key, uniform
 from server.engine.model.canvas import PackedCanvas, host_to_device, same_items
-from server.engine.planning.request import Utterance
 from server.engine.upstream_names import filter_top_k
+from server.engine.work import Utterance
 
 log = logging.getLogger(__name__)
-
-
-def _gumbel(u: torch.Tensor) -> torch.Tensor:
-    """The reference's `_gumbel_sample` noise from uniform draws `u`."""
-    return -torch.log(-torch.log(u + 1e-10) + 1e-10)
-
-
-def _gumbel_(u: torch.Tensor) -> torch.Tensor:
-    """`_gumbel(u)` in place: the same operations in the same order (bit for bit), no temporaries."""
-    return u.add_(1e-10).log_().neg_().add_(1e-10).log_().neg_()
-
-
-def cfg_mix(cond: torch.Tensor, uncond: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """The reference's CFG: log-softmax of `cond + scale * (cond - uncond)` (both log-probabilities)."""
-    return F.log_softmax(cond + scale * (cond - uncond), dim=-1)
-
-
-def best_unmasked(log_probs: torch.Tensor, mask_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Confidence and predicted id of each (row, codebook), MASK excluded (in place): the first
-    maximum, as argmax picks it."""
-    log_probs.select(-1, mask_id).fill_(-float("inf"))
-    return log_probs.max(dim=-1)
-
-
-def selection_key(confidence: torch.Tensor, noise: torch.Tensor, row_penalty: torch.Tensor, row_temp: torch.Tensor,
-                  predicted: torch.Tensor, tokens: torch.Tensor, mask_id: int, vocab: int
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The (rows, C) key top-k ranks and each row's finiteness, in place on `confidence` and
-    `predicted` (clamped into the vocabulary).
-
-    The key is mask-aware: a still-masked position ranks above every revealed or padding one
-    whatever its score (NaN and infinities become the float32 extremes), so no score, however
-    poisoned, can pick a position that is not masked; a masked position whose score is not
-    finite fails its row's item (knobs beyond float32).
-    """
-    finite_rows = torch.isfinite(confidence).all(dim=-1)
-    scores = confidence.sub_(row_penalty).div_(row_temp).add_(noise)
-    predicted.clamp_(0, vocab - 1)  # ids inside the vocabulary, whatever the scores
-    revealed = tokens != mask_id  # (rows, C)
-    finite_rows &= scores.masked_fill(revealed, 0.0).isfinite().all(dim=-1)
-    big = torch.finfo(scores.dtype).max
-    key = scores.nan_to_num_(nan=-big, posinf=big, neginf=-big).masked_fill_(revealed, -float("inf"))
-    return key, finite_rows
-
-
-def _uniform(shape, generator: torch.Generator, device: torch.device) -> torch.Tensor:
-    return torch.rand(shape, generator=generator, device=device, dtype=torch.float32)
 
 
 @dataclass
@@ -114,20 +68,19 @@ class Sampler:
         self.num_codebooks = num_codebooks
         self.layer_ids = torch.arange(num_codebooks, device=device, dtype=torch.float32)
         self._last: _StepLayout | None = None
-        self.fused_scores = self._pick_kernel(fused_scores, "CHORUS_FUSED_SCORES", "cfg_scores", "CFG scoring")
-        self.fused_keys = self._pick_kernel(fused_keys, "CHORUS_FUSED_KEYS", "position_keys", "selection keys")
+        self.fused_scores = self._pick_kernel(fused_scores, cfg_scores, "CFG scoring")
+        self.fused_keys = self._pick_kernel(fused_keys, position_keys, "selection keys")
 
-    def _pick_kernel(self, wanted: bool | None, switch: str, module_name: str, what: str) -> bool:
+    def _pick_kernel(self, wanted: bool | None, module: ModuleType, what: str) -> bool:
         """Whether a Triton kernel module of the sampler (`cfg_scores`: an all-CFG step's
         scoring in one pass over half-precision logits; `position_keys`: the selection keys in
-        one launch) replaces its torch ops: by default on CUDA (`switch=0` turns it off), and
-        only if the module's start-up check against those ops `passes` (confidences to float32
-        rounding with the same ids; keys bit for bit)."""
+        one launch) replaces its torch ops: by default on CUDA, and only if the module's start-up
+        check against those ops `passes` (confidences to float32 rounding with the same ids; keys
+        bit for bit)."""
         if wanted is None:
-            wanted = self.device.type == "cuda" and os.environ.get(switch, "") != "0"
+            wanted = self.device.type == "cuda"
         if not wanted:
             return False
-        module = importlib.import_module(f"server.engine.kernels.{module_name}")
         try:
             result = module.check(self.device, num_codebooks=self.num_codebooks, vocab=self.mask_id + 1,
                                   mask_id=self.mask_id)
@@ -199,9 +152,7 @@ class Sampler:
         k_host = [u.schedule[u.step] for u in utts]  # this step's picks per item
 
         if self.fused_scores and layout.all_cfg and not layout.any_class_sampling and logits.is_contiguous():
-            from server.engine.kernels.cfg_scores import cfg_scores
-
-            confidence, predicted = cfg_scores(logits, layout.n_cond, layout.cfg_scale, self.mask_id)
+            confidence, predicted = cfg_scores.cfg_scores(logits, layout.n_cond, layout.cfg_scale, self.mask_id)
             log_probs = None  # only class sampling reads it
         else:
             log_probs = self._log_probs(logits.float(), layout)
@@ -211,10 +162,8 @@ class Sampler:
         vocab = logits.shape[-1]
 
         if self.fused_keys and layout.all_noise and not layout.any_class_sampling:
-            from server.engine.kernels.position_keys import position_keys
-
             # the draws `_noise` makes; keys and ids come back codebook-major for a lone item
-            key, predicted, finite_rows = position_keys(
+            key, predicted, finite_rows = position_keys.position_keys(
                 confidence, predicted, self._position_uniforms(canvas, utts), layout.row_penalty, layout.row_temp,
                 tokens, self.mask_id, vocab, codebook_major=lone)
             if lone:
@@ -246,7 +195,7 @@ class Sampler:
         sampling): from each item's own generator, (C, T) as the reference draws them, laid
         out by rows; the same draws `_noise` makes."""
         c = self.num_codebooks
-        parts = [_uniform((c, item.target_len), utt.generator, self.device).t()
+        parts = [uniform((c, item.target_len), utt.generator, self.device).t()
                  for item, utt in zip(canvas.items, utts)]
         return parts[0] if len(parts) == 1 else torch.cat(parts)
 
@@ -261,18 +210,18 @@ class Sampler:
             opts = utt.options
             if opts.class_temperature > 0:
                 filtered = filter_top_k(log_probs[start : start + t_len], ratio=0.1)
-                noise = _gumbel(_uniform(filtered.shape, utt.generator, self.device))
+                noise = gumbel(uniform(filtered.shape, utt.generator, self.device))
                 noisy = filtered / opts.class_temperature + noise
                 predicted[start : start + t_len] = noisy.argmax(dim=-1)
             if opts.position_temperature > 0:
                 # drawn as the reference does, (C, T), then laid out by rows
-                parts.append(_uniform((c, t_len), utt.generator, self.device).t())
+                parts.append(uniform((c, t_len), utt.generator, self.device).t())
             else:
                 parts.append(torch.full((t_len, c), -1.0, device=self.device))  # marks "no noise"
         if layout.all_noise:
-            return _gumbel_(parts[0] if len(parts) == 1 else torch.cat(parts))
-        uniform = torch.cat(parts)
-        return torch.where(uniform >= 0, _gumbel(uniform.clamp(min=0)), 0.0)
+            return gumbel_(parts[0] if len(parts) == 1 else torch.cat(parts))
+        draws = torch.cat(parts)
+        return torch.where(draws >= 0, gumbel(draws.clamp(min=0)), 0.0)
 
     @staticmethod
     def _select_one(item, key: torch.Tensor, predicted: torch.Tensor, k: int,

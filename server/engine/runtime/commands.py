@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from server.engine.planning.request import RequestState
+from server.engine.work import RequestState
 
 
 @dataclass(frozen=True)

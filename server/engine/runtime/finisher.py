@@ -40,8 +40,8 @@ import torch
 
 from server.engine.model.codec import Codec, join_and_post_process, post_process
 from server.engine.model.worker_streams import WorkerStreams, decode_priority, on
-from server.engine.planning.request import RequestState
 from server.engine.runtime.commands import ChunkDecoded, Command, FinishFailed, WholeReady
+from server.engine.work import RequestState
 
 log = logging.getLogger("chorus.engine")
 

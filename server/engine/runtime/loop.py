@@ -22,24 +22,19 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
+from server.checkpoint import is_random_checkpoint, load_omnivoice
 from server.config import EngineSettings
 from server.engine.model.codec import Codec
-from server.engine.model.runner import LaunchedStep, StepRunner
+from server.engine.model.runner import StepRunner
 from server.engine.model.voice_encoder import VoiceEncoder
 from server.engine.planning.char_weights import speed_up_estimates
 from server.engine.planning.prefix_tokens import prefix_tokenizer
-from server.engine.planning.request import (
-    RequestState,
-    Utterance,
-    as_torch_voice,
-    build_utterance,
-    packed_len_bound,
-    packed_len_of,
-    plan_request,
-)
+from server.engine.planning.request import as_torch_voice, plan_request
+from server.engine.planning.utterances import build_utterance, packed_len_bound, packed_len_of
 from server.engine.runtime.commands import Cancel, ChunkDecoded, FinishFailed, Submit, Wake, WholeReady
 from server.engine.runtime.finisher import Finisher
-from server.engine.scheduling.scheduler import Scheduler, StepLog, StepRecord
+from server.engine.scheduling.output import LaunchedStep, StepRecord
+from server.engine.scheduling.scheduler import Scheduler, StepLog
 from server.engine.types import (
     SHUTTING_DOWN,
     Accepted,
@@ -53,6 +48,7 @@ from server.engine.types import (
     SynthesisRequest,
     VoicePrompt,
 )
+from server.engine.work import RequestState, Utterance
 
 log = logging.getLogger("chorus.engine")
 
@@ -123,8 +119,6 @@ class EngineLoop:
     @classmethod
     def load(cls, model_path: str, settings: EngineSettings, name: str = "engine0") -> EngineLoop:
         """Load a checkpoint through the reference's `from_pretrained` and wrap it."""
-        from server.checkpoint import is_random_checkpoint, load_omnivoice
-
         model = load_omnivoice(model_path, settings.device, settings.dtype)
         random_ckpt = is_random_checkpoint(model_path)
         model_name = "omnivoice-random-demo" if random_ckpt else model_path.rstrip("/").split("/")[-1]

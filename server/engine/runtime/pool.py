@@ -12,11 +12,14 @@ from __future__ import annotations
 import logging
 import threading
 from concurrent.futures import Future
+from dataclasses import replace
 
 import numpy as np
+import torch
 
 from server.config import EngineSettings
 from server.engine.runtime.loop import EngineLoop
+from server.engine.runtime.process import EngineProcess
 from server.engine.scheduling.audio_budget import AudioBudget
 from server.engine.types import (
     Accepted,
@@ -36,8 +39,6 @@ def expand_devices(device: str) -> list[str]:
     if device == "cpu":
         return ["cpu"]
     if device == "cuda":
-        import torch
-
         count = torch.cuda.device_count()
         if count == 0:
             raise RuntimeError("--device cuda: no CUDA device is visible")
@@ -62,16 +63,12 @@ class EnginePool:
     def load(cls, model_path: str, settings: EngineSettings, asr_model: str | None = None) -> EnginePool:
         """One engine per device; each in its own process (`engine_processes`, by default when
         there are several devices: one GIL per GPU), else a thread of this one."""
-        from dataclasses import replace
-
         devices = expand_devices(settings.device)
         own_process = settings.engine_processes if settings.engine_processes is not None else len(devices) > 1
         engines = []
         for index, device in enumerate(devices):
             one = replace(settings, device=device)
             if own_process:
-                from server.engine.runtime.process import EngineProcess
-
                 engines.append(EngineProcess(model_path, one, f"engine{index}", asr_model))
             else:
                 engines.append(EngineLoop.load(model_path, one, name=f"engine{index}"))

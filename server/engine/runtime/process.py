@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from server.config import EngineSettings
+from server.engine.runtime.loop import EngineLoop
 from server.engine.types import Accepted, EngineEvent, EventSink, Finished, RequestRejected, SynthesisRequest
 
 log = logging.getLogger("chorus.engine")
@@ -39,11 +40,7 @@ DIED = "the engine process died; this request was lost with it"
 
 def _child_main(conn, model_path: str, settings: EngineSettings, name: str, asr_model: str | None) -> None:
     """The child: load the engine, then serve the parent's commands until `stop` or EOF."""
-    import logging as _logging
-
-    from server.engine.runtime.loop import EngineLoop
-
-    _logging.basicConfig(level="WARNING", format=f"%(asctime)s %(levelname)s {name}: %(message)s")
+    logging.basicConfig(level="WARNING", format=f"%(asctime)s %(levelname)s {name}: %(message)s")
     send_lock = threading.Lock()
 
     def send(message: tuple) -> None:

@@ -40,33 +40,11 @@ import bisect
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
 
-from server.engine.planning.request import Utterance
 from server.engine.scheduling import deadlines
+from server.engine.scheduling.output import LaunchedStep, ScheduledBatch
 from server.engine.types import RequestRejected
-
-if TYPE_CHECKING:
-    from server.engine.model.runner import LaunchedStep
-
-
-@dataclass(frozen=True)
-class StepRecord:
-    """One executed step, for tests and metrics."""
-
-    index: int
-    items: int
-    packed_tokens: int
-    seconds: float
-    admitted: int = 0
-    interval: float | None = None  # launch to launch of back-to-back steps: `seconds` + host gaps
-
-
-class ScheduledBatch(NamedTuple):
-    """The utterances of the next step, and how many of them joined at this boundary."""
-
-    utts: list[Utterance]
-    admitted: int
+from server.engine.work import Utterance
 
 
 @dataclass(order=True)

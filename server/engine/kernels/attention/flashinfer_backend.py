@@ -30,7 +30,10 @@ from dataclasses import dataclass
 
 import torch
 
-from server.engine.kernels.attention.selector import graph_layout
+from server.engine.kernels.attention import triton_backend as triton_attention
+from server.engine.kernels.attention.base import graph_layout
+from server.engine.kernels.triton_env import checked_error
+from server.engine.upstream import missing_names
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +57,6 @@ SMALL_ROWS_TMA = 4608
 
 
 def default_small_rows(device: torch.device) -> int:
-    from server.engine.kernels.attention import triton_backend as triton_attention
     return SMALL_ROWS_TMA if triton_attention.tma_loads(torch.device(device)) else SMALL_ROWS
 
 
@@ -72,7 +74,6 @@ def check_flashinfer() -> str:
         import flashinfer
     except Exception as exc:  # ImportError, or a CUDA/ABI error raised while importing
         raise FlashInferMissing(f"flashinfer does not import: {exc}") from exc
-    from server.engine.upstream import missing_names
 
     missing = missing_names(REQUIRED_NAMES)
     if missing:
@@ -139,9 +140,6 @@ class FlashInferAttention:
         check; else (None, 0), logged."""
         if rows <= 0:
             return None, 0
-        from server.engine.kernels.attention import triton_backend as triton_attention
-        from server.engine.kernels.triton_env import checked_error
-
         if not triton_attention.available(self.device):
             log.info("small-step attention: Triton unavailable, FlashInfer for every step")
             return None, 0

@@ -31,7 +31,8 @@ import os
 
 import torch
 
-from server.engine.kernels.attention.selector import TorchAttention, graph_layout
+from server.engine.kernels.attention.base import graph_layout
+from server.engine.kernels.attention.torch_backend import TorchAttention
 from server.engine.kernels.triton_env import kernels_can_run
 
 try:  # Triton is optional: CPU installs and machines without it use the other backends
