@@ -6,9 +6,10 @@ package; reports name the git commit they measured. Both come from here.
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
+
+from server import envs
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -21,7 +22,7 @@ def checkout_root() -> Path | None:
 def git_commit(given: str | None = None) -> str | None:
     """`given` if set, else `CHORUS_COMMIT`, else the checkout's `git rev-parse HEAD`, else None
     (a copy of the tree without its history names its commit in `CHORUS_COMMIT`)."""
-    given = given or os.environ.get("CHORUS_COMMIT")
+    given = given or envs.CHORUS_COMMIT
     if given:
         return given
     try:

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from server import envs
+
 log = logging.getLogger(__name__)
 
 Size = Literal["tiny", "full"]
@@ -321,7 +323,7 @@ def is_random_checkpoint(path: str | os.PathLike) -> bool:
 
 def demo_checkpoint_dir() -> Path:
     """Where the tiny demo checkpoint is cached (an ignored folder of the project)."""
-    base = os.environ.get("CHORUS_CACHE_DIR")
+    base = envs.CHORUS_CACHE_DIR
     root = Path(base) if base else Path(__file__).resolve().parent.parent / ".cache"
     return root / "demo-tiny-seed0"
 

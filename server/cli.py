@@ -14,6 +14,7 @@ import sys
 import warnings
 from pathlib import Path
 
+from server import envs
 from server.config import ServerConfig, StreamLimits, parse_hosts, parse_origins
 
 
@@ -111,11 +112,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the HTTP/WebSocket server", formatter_class=_HelpFormatter)
     serve.add_argument("--model", default=None, help="checkpoint folder or hub id (default: $CHORUS_MODEL, "
                        "else a tiny random demo checkpoint made once)")
-    serve.add_argument("--host", default=os.environ.get("CHORUS_HOST", "127.0.0.1"),
+    serve.add_argument("--host", default=envs.CHORUS_HOST or "127.0.0.1",
                        help="address to listen on; 0.0.0.0 for every interface ($CHORUS_HOST)")
-    serve.add_argument("--port", type=_port, default=os.environ.get("CHORUS_PORT", "8000"),
+    serve.add_argument("--port", type=_port, default=envs.CHORUS_PORT or "8000",
                        help="port to listen on; 0 picks a free one ($CHORUS_PORT)")
-    serve.add_argument("--device", default=os.environ.get("CHORUS_DEVICE", "cpu"),
+    serve.add_argument("--device", default=envs.CHORUS_DEVICE or "cpu",
                        help="cpu, cuda (every visible GPU), cuda:N or cuda:0,1 ($CHORUS_DEVICE)")
     serve.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default=None,
                        help="default: float32 on cpu, bfloat16 on cuda")
@@ -214,7 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "(fewer interpreter launches per step; at 8192 they hold about 1.5 GiB more GPU memory "
                             "than at 4096); 0: no graphs")
     serve.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS,
-                       default=os.environ.get("CHORUS_LOG_LEVEL", "info").lower(),
+                       default=(envs.CHORUS_LOG_LEVEL or "info").lower(),
                        help="log detail; debug also shows the traceback of a failed start ($CHORUS_LOG_LEVEL)")
 
     make = sub.add_parser("make-checkpoint", help="write a random-weight OmniVoice checkpoint",

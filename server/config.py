@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-
-def _env(name: str, default: str | None = None) -> str | None:
-    value = os.environ.get(name)
-    return value if value not in (None, "") else default
+from server import envs
 
 
 @dataclass
@@ -106,16 +102,16 @@ class ServerConfig:
     @classmethod
     def from_env(cls) -> ServerConfig:
         cfg = cls()
-        cfg.model = _env("CHORUS_MODEL")
-        cfg.api_key = _env("CHORUS_API_KEY")
-        if voices := _env("CHORUS_VOICES_DIR"):
+        cfg.model = envs.CHORUS_MODEL
+        cfg.api_key = envs.CHORUS_API_KEY
+        if voices := envs.CHORUS_VOICES_DIR:
             cfg.voices_dir = Path(voices)
-        cfg.voices_db = _env("CHORUS_VOICES_DB")
-        if origins := _env("CHORUS_ALLOWED_ORIGINS"):
+        cfg.voices_db = envs.CHORUS_VOICES_DB
+        if origins := envs.CHORUS_ALLOWED_ORIGINS:
             cfg.allowed_origins = parse_origins(origins)
-        if hosts := _env("CHORUS_ALLOWED_HOSTS"):
+        if hosts := envs.CHORUS_ALLOWED_HOSTS:
             cfg.allowed_hosts = parse_hosts(hosts)
-        cfg.page_embeds_key = (_env("CHORUS_PAGE_EMBEDS_KEY", "") or "").lower() in ("1", "true", "yes")
+        cfg.page_embeds_key = envs.CHORUS_PAGE_EMBEDS_KEY
         return cfg
 
 

@@ -7,8 +7,6 @@ Both offer rmsnorm, fused add + rmsnorm, RoPE in place and the SiLU gate.
 
 from __future__ import annotations
 
-import os
-
 import torch
 import torch.nn.functional as F
 
@@ -62,11 +60,7 @@ class FlashInferOps:
 
         self._rmsnorm, self._fused_add_rmsnorm = rmsnorm, fused_add_rmsnorm
         self._rope, self._silu_and_mul = apply_rope_pos_ids_inplace, silu_and_mul
-        # Programmatic dependent launch: None lets FlashInfer decide (on for Hopper);
-        # CHORUS_FLASHINFER_PDL=0 turns it off.
-        if pdl is None and os.environ.get("CHORUS_FLASHINFER_PDL", "") == "0":
-            pdl = False
-        self.pdl = pdl
+        self.pdl = pdl  # programmatic dependent launch: None lets FlashInfer decide (on for Hopper)
 
     def rmsnorm(self, x, weight, eps, out=None):
         return self._rmsnorm(x, weight, eps, out=out, enable_pdl=self.pdl)

@@ -25,9 +25,10 @@ relative, said in the log); otherwise it changes nothing and logs why.
 from __future__ import annotations
 
 import logging
-import os
 
 import torch
+
+from server import envs
 
 try:  # the codec's activation class; matched by class name below as well
     from transformers.models.dac.modeling_dac import Snake1d
@@ -202,7 +203,7 @@ def install(module: torch.nn.Module) -> int:
     if any(a.dtype != torch.float32 for a in alphas):
         log.info("Snake kernel: Snake parameters are not float32; keeping the torch expression")
         return 0
-    if os.environ.get("CHORUS_FUSED_SNAKE", "") == "0":
+    if not envs.CHORUS_FUSED_SNAKE:
         log.info("Snake kernel: off (CHORUS_FUSED_SNAKE=0); keeping the torch expression")
         return 0
     if triton is None:

@@ -11,14 +11,15 @@ model dtype's rounding.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 
 import torch
 
+from server import envs
+
 log = logging.getLogger(__name__)
 
-INTERPRET = os.environ.get("TRITON_INTERPRET", "").strip().lower() in ("1", "true", "on", "yes")
+INTERPRET = envs.TRITON_INTERPRET
 
 try:  # Triton is optional: CPU installs keep the torch paths
     import triton  # noqa: F401

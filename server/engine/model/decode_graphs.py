@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import threading
 from bisect import bisect_left
 from collections.abc import Callable
@@ -39,6 +38,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from server import envs
 from server.engine.model.gc_pause import gc_paused
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ def bucket_for(frames: int, buckets: tuple[int, ...] = BUCKETS) -> int | None:
 
 def wanted(device: torch.device) -> bool:
     """On by default on CUDA; `CHORUS_DECODE_GRAPHS=0` turns it off."""
-    return device.type == "cuda" and os.environ.get("CHORUS_DECODE_GRAPHS", "") != "0"
+    return device.type == "cuda" and envs.CHORUS_DECODE_GRAPHS
 
 
 def lowest_frames(bucket: int, buckets: tuple[int, ...] = BUCKETS) -> int:

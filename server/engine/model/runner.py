@@ -14,12 +14,12 @@ the scheduler (`advance`) and the loop (settle, finish) act on it.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from contextlib import nullcontext
 
 import torch
 
+from server import envs
 from server.engine.model.backbones import make_backbone
 from server.engine.model.canvas import PackedCanvas, build_packed_canvas
 from server.engine.model.cuda_graphs import DEFAULT_GRAPH_MAX_TOKENS
@@ -65,7 +65,7 @@ class StepRunner:
         kernels built, memory reserved), unless `CHORUS_EAGER_WARMUP=0`; where it runs out of
         memory, steps start capped at half of it, as after an out-of-memory step."""
         warm = getattr(self.backbone, "warm_eager", None)
-        if warm is None or os.environ.get("CHORUS_EAGER_WARMUP", "") == "0":
+        if warm is None or not envs.CHORUS_EAGER_WARMUP:
             return
         t = time.perf_counter()
         try:

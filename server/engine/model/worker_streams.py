@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import threading
 from contextlib import AbstractContextManager, nullcontext
 
 import torch
+
+from server import envs
 
 # CUDA maps any priority below its range to the highest one it has.
 HIGHEST_PRIORITY = -100
@@ -16,7 +17,7 @@ def decode_priority() -> int:
     """Priority of the finisher's decode streams: the highest, so a finished chunk's decode
     (a request's first audio waits for it) is given SMs before a step's queued blocks (on an
     H200 at 70% load no different from an ordinary stream, which `CHORUS_DECODE_PRIORITY=0` makes)."""
-    return 0 if os.environ.get("CHORUS_DECODE_PRIORITY", "") == "0" else HIGHEST_PRIORITY
+    return HIGHEST_PRIORITY if envs.CHORUS_DECODE_PRIORITY else 0
 
 
 class WorkerStreams:

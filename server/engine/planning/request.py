@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import replace
 
 import numpy as np
@@ -51,6 +52,19 @@ def validate_voice(voice: VoicePrompt, num_codebooks: int, codebook_size: int) -
         raise RequestRejected("voice: codes must be a non-empty integer array", field="voice")
     if int(tokens.min()) < 0 or int(tokens.max()) >= codebook_size:
         raise RequestRejected(f"voice: codes must be in 0..{codebook_size - 1}", field="voice")
+
+
+def prepare_request(model, request: SynthesisRequest, frame_rate: int,
+                    max_audio_seconds: float | None = None) -> tuple[SynthesisRequest, RequestPlan, int]:
+    """The request with its voice's tokens as torch, its plan, and its 64-bit seed (drawn when
+    the request names none)."""
+    if request.voice is not None:
+        request = replace(request, voice=as_torch_voice(request.voice))
+    plan = plan_request(model, request, frame_rate, max_audio_seconds)
+    seed = request.options.seed
+    if seed is None:
+        seed = int.from_bytes(os.urandom(8), "little")
+    return request, plan, seed & ((1 << 64) - 1)
 
 
 def plan_request(model, request: SynthesisRequest, frame_rate: int,

@@ -27,7 +27,6 @@ lane's thread as before (`CHORUS_DECODE_LAUNCH=0`: always).
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections import deque
@@ -38,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from server import envs
 from server.engine.model.codec import Codec, join_and_post_process, post_process
 from server.engine.model.worker_streams import WorkerStreams, decode_priority, on
 from server.engine.runtime.commands import ChunkDecoded, Command, FinishFailed, WholeReady
@@ -89,7 +89,7 @@ class Finisher:
                        for i in range(workers)]
         self._lanes_lock = threading.Lock()
         self._streams = WorkerStreams(device, decode_priority())  # ahead of the steps' kernels
-        self._launch_here = os.environ.get("CHORUS_DECODE_LAUNCH", "") != "0"
+        self._launch_here = envs.CHORUS_DECODE_LAUNCH
         # wall time of each decode (to the audio on the host) and post-processing job (ms),
         # measured where it ran, for the bench
         self.decode_ms: deque[float] = deque(maxlen=4096)
@@ -98,8 +98,7 @@ class Finisher:
         self.post_jobs = 0  # post-processing jobs finished, ever
         self.launched_decodes = 0  # decodes the engine thread launched on an idle lane
         self.warm_ups = 0  # ports of the warm-up clip done by threads that had gone cold
-        warm = hasattr(codec, "sample_rate") and os.environ.get("CHORUS_POST_WARMUP", "") != "0"
-        self._warm_clip = warm_clip(codec.sample_rate) if warm else None
+        self._warm_clip = warm_clip(codec.sample_rate) if hasattr(codec, "sample_rate") else None
         self._idle_since = threading.local()  # per thread: perf_counter when its last job ended
 
     def _post(self, fn, *args, on_done: Callable[[np.ndarray], Command]) -> None:

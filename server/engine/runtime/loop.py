@@ -1,23 +1,18 @@
 """The engine: one thread per device that owns all torch state and runs diffusion steps.
 
-`submit` and `cancel` become commands (`commands.py`) that the engine thread takes between
-steps (voices are encoded on `VoiceEncoder`'s threads). Each step is schedule -> run
-(`StepRunner`: pack, forward, unmask) -> update (`Scheduler.advance`); one step later the loop
-settles it (finiteness flags, progress, finished chunks to the finisher). The loop keeps the
-thread, the queue and the request bookkeeping; requests join and leave at step boundaries.
+Commands (`commands.py`) come in between steps; each step is schedule -> run -> advance, and is
+settled one step later (flags, progress, finished chunks to the finisher).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import queue
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -29,18 +24,18 @@ from server.engine.model.runner import StepRunner
 from server.engine.model.voice_encoder import VoiceEncoder
 from server.engine.planning.char_weights import speed_up_estimates
 from server.engine.planning.prefix_tokens import prefix_tokenizer
-from server.engine.planning.request import as_torch_voice, plan_request
+from server.engine.planning.request import prepare_request
 from server.engine.planning.utterances import build_utterance, packed_len_bound, packed_len_of
 from server.engine.runtime.commands import Cancel, ChunkDecoded, FinishFailed, Submit, Wake, WholeReady
 from server.engine.runtime.finisher import Finisher
+from server.engine.runtime.later_chunks import LaterChunks
+from server.engine.runtime.request_book import RequestBook
 from server.engine.scheduling.output import LaunchedStep, StepRecord
 from server.engine.scheduling.scheduler import Scheduler, StepLog
 from server.engine.types import (
     SHUTTING_DOWN,
     Accepted,
-    ChunkAudio,
     ChunkTokens,
-    EngineEvent,
     EngineStats,
     EventSink,
     Progress,
@@ -54,16 +49,6 @@ log = logging.getLogger("chorus.engine")
 
 HANDOFF_POLL_S = 0.0002  # while waiting for a step, how often to look for a decoded chunk
 HOLD_WAIT_S = 0.002  # with every chunk waiting out a decode, how long to wait for it at most
-AUDIO_OUT_S = 0.001  # a chunk's audio gets this long to leave before its successors' builds run
-
-
-@dataclass
-class _DueBuild:
-    """A request's later chunks, to be built from `at` (perf_counter) on chunk 0's tokens."""
-
-    at: float
-    state: RequestState
-    chunk0: VoicePrompt
 
 
 class EngineLoop:
@@ -88,24 +73,16 @@ class EngineLoop:
         self.finisher = Finisher(self.codec, self.device, self._commands.put)
         self.finisher.warm_decodes(model.config.num_audio_codebook)  # CUDA: every length's decode graph
         self.sample_rate: int = model.sampling_rate
+        self.book = RequestBook(self.sample_rate)
         self.step_log = StepLog()
-        self._states: dict[str, RequestState] = {}
-        self._live_ids: set[str] = set()
-        self._lock = threading.Lock()
-        self._seq = 0
         self._steps = 0
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
         self._inflight: deque[LaunchedStep] = deque()  # launched, not yet settled
-        # request id -> chunk 0 as a voice: its later chunks are built once its audio is out
-        self._deferred_builds: dict[str, VoicePrompt] = {}
-        self._due_builds: deque[_DueBuild] = deque()  # their chunk 0's audio is out, oldest first
+        self._later = LaterChunks()  # chained requests' later chunks, built once chunk 0's audio is out
         self._last_launch = 0.0  # perf_counter of the last step's launch
         self._accepting = True
-        self._closed = False  # the thread has exited: queued commands would never run
         self.ready = False
-        self._handoff = os.environ.get("CHORUS_AUDIO_HANDOFF", "") != "0"
-        self._decode_hold = os.environ.get("CHORUS_DECODE_HOLD", "") != "0"
 
     @property
     def backbone(self):
@@ -123,8 +100,6 @@ class EngineLoop:
         random_ckpt = is_random_checkpoint(model_path)
         model_name = "omnivoice-random-demo" if random_ckpt else model_path.rstrip("/").split("/")[-1]
         return cls(model, settings, name, model_name=model_name, random_checkpoint=random_ckpt)
-
-    # ---- any thread -----------------------------------------------------------------
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name=f"chorus-{self.name}", daemon=True)
@@ -144,8 +119,8 @@ class EngineLoop:
         self._accepting = False
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            with self._lock:
-                if not self._live_ids:
+            with self.book.lock:
+                if not self.book.live_ids:
                     return True
             time.sleep(0.02)
         return False
@@ -159,45 +134,35 @@ class EngineLoop:
         """
         if self._stopping.is_set() or not self._accepting:
             raise RequestRejected(SHUTTING_DOWN, code="busy")
-        if request.voice is not None:
-            request = replace(request, voice=as_torch_voice(request.voice))
-        plan = plan_request(self.model, request, self.frame_rate, self.settings.max_audio_seconds)
-        seed = request.options.seed
-        if seed is None:
-            seed = int.from_bytes(os.urandom(8), "little")
-        with self._lock:
+        request, plan, seed = prepare_request(self.model, request, self.frame_rate, self.settings.max_audio_seconds)
+        with self.book.lock:
             self._refuse_if_closed_or_live(request.request_id)
-            seq = self._seq
-            self._seq += 1
-        state = RequestState(request=request, plan=plan, sink=sink, seq=seq, seed=seed & ((1 << 64) - 1))
+            seq = self.book.next_seq()
+        state = RequestState(request=request, plan=plan, sink=sink, seq=seq, seed=seed)
         for index in range(state.num_chunks):
             # a later chunk that fits even by an upper bound is tokenised when it is built,
             # off this path: a long text's first sound waits for chunk 0 alone
             if index == 0 or not self.scheduler.fits_alone(packed_len_bound(state, index)):
                 self.scheduler.refuse_if_too_big(index, packed_len_of(self.model, state, index))
-        with self._lock:
+        with self.book.lock:
             self._refuse_if_closed_or_live(request.request_id)
             if admit is not None:
                 admit(sum(c.target_len for c in plan.chunks) / self.frame_rate)
-            self._live_ids.add(request.request_id)
+            self.book.live_ids.add(request.request_id)
             self._commands.put(Submit(state))  # under the lock: the thread drains once more as it exits
         return Accepted(request.request_id, state.num_chunks,
                         [round(c.target_len / self.frame_rate, 3) for c in plan.chunks])
 
     def _refuse_if_closed_or_live(self, request_id: str) -> None:
-        """Under the lock: refuse when shutting down (`busy`) or when the id is in flight."""
-        if self._closed or self._stopping.is_set() or not self._accepting:
-            raise RequestRejected(SHUTTING_DOWN, code="busy")
-        if request_id in self._live_ids:
-            raise RequestRejected(f"id: {request_id!r} is already in flight", field="id", code="duplicate_id")
+        self.book.refuse_if_closed_or_live(request_id, accepting=self._accepting and not self._stopping.is_set())
 
     def cancel(self, request_id: str) -> None:
         self._commands.put(Cancel(request_id))
 
     def encode_voice(self, audio: np.ndarray, sample_rate: int, text: str | None) -> Future:
         """Encode a reference clip on the voice encoder's threads (never the step's)."""
-        with self._lock:  # refused once the engine thread has exited, as submits are
-            if not self._closed:
+        with self.book.lock:  # refused once the engine thread has exited, as submits are
+            if not self.book.closed:
                 return self.voice_encoder.submit(audio, sample_rate, text)
         future: Future = Future()
         future.set_exception(RequestRejected(SHUTTING_DOWN, code="busy"))
@@ -206,7 +171,7 @@ class EngineLoop:
     def stats(self) -> EngineStats:
         last = self.step_log[-1] if self.step_log else None
         return EngineStats(name=self.name, waiting_items=len(self.scheduler.waiting),
-                           running_items=len(self.scheduler.running), requests_inflight=len(self._live_ids),
+                           running_items=len(self.scheduler.running), requests_inflight=len(self.book.live_ids),
                            steps_total=self._steps, packed_tokens_last_step=last.packed_tokens if last else 0,
                            step_seconds_last=last.seconds if last else 0.0)
 
@@ -221,16 +186,16 @@ class EngineLoop:
                 self._settle_all()  # may queue later chunks of a request
             self._build_due()
             idle = len(self.scheduler) == 0 and not self._inflight
-            self._drain_commands(block=idle, timeout=self._next_build_in() if idle else 0.25)
+            self._drain_commands(block=idle, timeout=self._later.wait_s(time.perf_counter()) if idle else 0.25)
             if self._stopping.is_set():
                 break
             if len(self.scheduler):
                 self._step()
         self._settle_all()
-        with self._lock:
-            self._closed = True
+        with self.book.lock:
+            self.book.closed = True
         self._drain_commands(block=False)
-        for state in list(self._states.values()):
+        for state in list(self.book.states.values()):
             self._finish(state, "cancelled", SHUTTING_DOWN)
         self.finisher.shutdown()
         self.voice_encoder.shutdown()
@@ -248,27 +213,23 @@ class EngineLoop:
         if isinstance(command, Submit):
             self._admit(command.state)
         elif isinstance(command, Cancel):
-            state = self._states.get(command.request_id)
+            state = self.book.states.get(command.request_id)
             if state is not None:
                 self._finish(state, "cancelled")
         elif isinstance(command, ChunkDecoded):
             self.scheduler.decoded(command.state.request_id, command.index)
             self._chunk_decoded(command)
-            if (chunk0 := self._deferred_builds.pop(command.state.request_id, None)) is not None:
-                self._due_builds.append(_DueBuild(time.perf_counter() + AUDIO_OUT_S, command.state, chunk0))
+            self._later.audio_out(command.state.request_id, time.perf_counter())
         elif isinstance(command, WholeReady):
             if not command.state.finished:
-                self._send_audio(command.state, 0, command.audio, final=True)
+                self.book.send_audio(command.state, 0, command.audio, final=True)
                 self._finish(command.state, "done")
         elif isinstance(command, FinishFailed):
             self._finish(command.state, "error", f"decoding failed: {command.error}")
 
     def _wait_for(self, event: torch.cuda.Event) -> None:
         """Wait for a step's event, taking commands meanwhile: a decoded chunk's audio goes out
-        when it lands, not after the step in flight (`CHORUS_AUDIO_HANDOFF=0`: plain wait)."""
-        if not self._handoff:
-            event.synchronize()
-            return
+        when it lands, not after the step in flight."""
         while not event.query():
             try:
                 self._handle(self._commands.get(timeout=HANDOFF_POLL_S))
@@ -276,7 +237,7 @@ class EngineLoop:
                 pass
 
     def _admit(self, state: RequestState) -> None:
-        self._states[state.request_id] = state
+        self.book.states[state.request_id] = state
         self._build(state, range(1 if state.plan.chained else state.num_chunks), state.request.voice)
 
     def _build(self, state: RequestState, chunks: range, ref: VoicePrompt | None) -> bool:
@@ -291,12 +252,8 @@ class EngineLoop:
             return False
 
     def _step(self) -> None:
-        """Schedule, run and advance one step, then settle the previous one.
-
-        Host bookkeeping (schedule index, who finishes) advances at launch; what needs the
-        device's results (finiteness, progress, decoding) waits a step, so a step stays
-        queued on the GPU while Python prepares the next; nothing in a step waits for it.
-        """
+        """Schedule, run and advance one step, then settle the previous one: host bookkeeping
+        advances at launch, what needs the device's results waits a step."""
         batch = self.scheduler.schedule()
         if not batch.utts:
             self._settle_all()
@@ -337,7 +294,7 @@ class EngineLoop:
                     continue
                 state.steps_done += 1
                 if state.request.progress:
-                    self._emit(state, Progress(state.request_id, utt.chunk_index, number, utt.num_step,
+                    self.book.emit(state, Progress(state.request_id, utt.chunk_index, number, utt.num_step,
                                                round(state.steps_done / state.total_steps, 4)))
                 if number == utt.num_step:
                     self._complete_chunk(utt)
@@ -347,81 +304,46 @@ class EngineLoop:
                                         launched.admitted, launched.interval))
 
     def _complete_chunk(self, utt: Utterance) -> None:
-        """A chunk's last step has run: hand it to the finisher, then queue later chunks on it.
-
-        The decode goes first, and when the scheduler holds other work until this chunk's
-        audio is out (its sound is due), a long text's later chunks are built only then,
-        `AUDIO_OUT_S` after it: their build (tokenising, copies; a few milliseconds on a busy
-        host) would hold the interpreter lock the decode, the post-processing and the send
-        of that audio need, for chunks that could not step before that audio anyway.
-        """
+        """A chunk's last step has run: hand it to the finisher, then queue later chunks on it
+        (deferred while the scheduler holds work for this chunk's audio: `LaterChunks`)."""
         state = utt.state
         index = utt.chunk_index
         tokens = utt.item.tokens
         ready = torch.cuda.Event() if self.device.type == "cuda" else None
         if ready is not None:
             ready.record()
-        held = self._decode_hold and self.scheduler.await_decode(utt, time.perf_counter())
+        held = self.scheduler.await_decode(utt, time.perf_counter())
         postprocess = None if state.request.stream == "whole" else state.request.options.postprocess
         self.finisher.decode(state, index, tokens, ready, state.ref_rms, postprocess)
         if state.plan.chained and index == 0:
             chunk0 = VoicePrompt(tokens=tokens, text=state.plan.chunks[0].text, rms=0.0)
             if held:
-                self._deferred_builds[state.request_id] = chunk0
+                self._later.defer(state, chunk0)
             else:
                 self._build(state, range(1, state.num_chunks), chunk0)
 
     def _build_due(self) -> None:
-        """Build the later chunks whose chunk 0's audio has had `AUDIO_OUT_S` to be sent.
-
-        The builds hold the interpreter lock for a few tenths of a millisecond each, and the
-        thread that sends the audio needs it: right after the audio event they would stand
-        between the listener and the first sound, for chunks not due for seconds."""
-        now = time.perf_counter()
-        while self._due_builds and self._due_builds[0].at <= now:
-            due = self._due_builds.popleft()
-            if not due.state.finished:
-                self._build(due.state, range(1, due.state.num_chunks), due.chunk0)
-
-    def _next_build_in(self) -> float:
-        """Seconds until the next due build (the idle wait's timeout), or the usual wait."""
-        if not self._due_builds:
-            return 0.25
-        return max(self._due_builds[0].at - time.perf_counter(), 0.0)
+        for state, chunk0 in self._later.due(time.perf_counter()):
+            self._build(state, range(1, state.num_chunks), chunk0)
 
     def _chunk_decoded(self, done: ChunkDecoded) -> None:
         state = done.state
         if state.finished:
             return
-        self._emit(state, ChunkTokens(state.request_id, done.index, done.tokens))
+        self.book.emit(state, ChunkTokens(state.request_id, done.index, done.tokens))
         state.raw_audio[done.index] = None if done.post_processed else done.audio
         if done.post_processed:
-            self._send_audio(state, done.index, done.audio, final=done.index == state.num_chunks - 1)
+            self.book.send_audio(state, done.index, done.audio, final=done.index == state.num_chunks - 1)
             if len(state.raw_audio) == state.num_chunks:
                 self._finish(state, "done")
         elif len(state.raw_audio) == state.num_chunks:
             chunks = [state.raw_audio[i] for i in range(state.num_chunks)]
             self.finisher.join(state, chunks, state.ref_rms, state.request.options.postprocess)
 
-    def _send_audio(self, state: RequestState, chunk: int, audio: np.ndarray, final: bool) -> None:
-        if state.first_audio_at is None:
-            state.first_audio_at = time.perf_counter()
-        state.audio_samples += int(audio.shape[-1])
-        self._emit(state, ChunkAudio(state.request_id, chunk, audio, self.sample_rate, final))
-
     def _finish(self, state: RequestState, outcome: str, message: str | None = None) -> None:
         if state.finished:
             return
         state.finished = True
         self.scheduler.drop_request(state.request_id)
-        self._deferred_builds.pop(state.request_id, None)
-        self._states.pop(state.request_id, None)
-        with self._lock:
-            self._live_ids.discard(state.request_id)
-        self._emit(state, state.ended(outcome, message, self.sample_rate))
-
-    def _emit(self, state: RequestState, event: EngineEvent) -> None:
-        try:
-            state.sink(event)  # type: ignore[operator]
-        except Exception:  # a consumer's bug must not stop the engine
-            log.exception("request %s: event sink failed", state.request_id)
+        self._later.drop(state.request_id)
+        self.book.end(state, outcome, message)

@@ -25,11 +25,11 @@ it is used only when its start-up check against float32 attention passes.
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 
 import torch
 
+from server import envs
 from server.engine.kernels.attention import triton_backend as triton_attention
 from server.engine.kernels.attention.base import graph_layout
 from server.engine.kernels.triton_env import checked_error
@@ -132,7 +132,9 @@ class FlashInferAttention:
         ]
         self._next = 0
         if small_rows is None:
-            small_rows = int(os.environ.get("CHORUS_SMALL_ATTENTION_ROWS", default_small_rows(self.device)))
+            small_rows = envs.CHORUS_SMALL_ATTENTION_ROWS
+        if small_rows is None:
+            small_rows = default_small_rows(self.device)
         self.small, self.small_rows = self._small_kernel(small_rows)
 
     def _small_kernel(self, rows: int):

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 
 import torch
 
@@ -152,10 +151,8 @@ available = kernels_can_run  # whether this kernel can run on a device
 
 @functools.cache
 def tma_loads(device: torch.device) -> bool:
-    """Whether the GPU has TMA (Hopper and later) and this Triton has host tensor descriptors,
-    unless `CHORUS_TMA_ATTENTION=0` (pointer loads everywhere)."""
+    """Whether the GPU has TMA (Hopper and later) and this Triton has host tensor descriptors."""
     return (triton is not None and TensorDescriptor is not None and device.type == "cuda"
-            and os.environ.get("CHORUS_TMA_ATTENTION", "") != "0"
             and torch.cuda.get_device_capability(device)[0] >= 9)
 
 
