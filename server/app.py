@@ -35,7 +35,6 @@ from server.api.pages import template_config, web_route_handlers
 from server.audio_io import AudioLimits
 from server.builtin_voices import model_key
 from server.config import ServerConfig
-from server.hold_gate import hold_from_env
 from server.memtrim import trim_when_idle
 from server.metrics import Metrics
 from server.net.bodies import BodyBudget, BodyBudgetExceeded, body_budget_middleware
@@ -53,7 +52,7 @@ async def load_engines(cfg: ServerConfig) -> Engine:
     pool = await asyncio.to_thread(EnginePool.load, cfg.model, cfg.engine, cfg.asr_model)
     pool.start()
     log.info("engines ready", extra={"engines": len(pool.engines), "device": cfg.engine.device, "model": cfg.model})
-    return hold_from_env(pool)  # the pool itself unless a test sets CHORUS_TEST_HOLD_TEXT
+    return pool
 
 
 def create_app(cfg: ServerConfig, engine: Engine | None = None, owns_engine: bool = False) -> Litestar:

@@ -12,69 +12,15 @@ import logging
 import os
 import sys
 import warnings
-from pathlib import Path
 
-from server import envs
-from server.config import ServerConfig, StreamLimits, parse_hosts, parse_origins
+from server.boot_checks import StartupError
+from server.checkout import checkout_root
+from server.checkpoint import make_checkpoint
+from server.loadtest.cli import main as loadtest_main
+from server.logs import configure
+from server.serve_flags import add_serve_arguments, config_from_args
 
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError("must be 0..65535")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError("must be a positive integer")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be an integer >= 0")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError("must be a number > 0")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    value = float(text)
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError("must be a number >= 0")
-    return value
-
-
-_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 1024**2, "mb": 1024**2, "mib": 1024**2,
-          "g": 1024**3, "gb": 1024**3, "gib": 1024**3}
-
-
-def _size(text: str) -> int:
-    """A byte count: `1048576`, `512K`, `16M`, `16MiB`, `1G` (binary units)."""
-    digits = text.strip().lower()
-    number = digits.rstrip("abgikm")
-    unit = digits[len(number):]
-    try:
-        value = int(float(number) * _UNITS[unit])
-    except (KeyError, ValueError):
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 1048576, 512K, 16M, 1G)") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError("must be a positive size")
-    return value
-
-
-LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+__all__ = ["build_parser", "config_from_args", "main"]
 
 
 def _version() -> str:
@@ -110,113 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     serve = sub.add_parser("serve", help="run the HTTP/WebSocket server", formatter_class=_HelpFormatter)
-    serve.add_argument("--model", default=None, help="checkpoint folder or hub id (default: $CHORUS_MODEL, "
-                       "else a tiny random demo checkpoint made once)")
-    serve.add_argument("--host", default=envs.CHORUS_HOST or "127.0.0.1",
-                       help="address to listen on; 0.0.0.0 for every interface ($CHORUS_HOST)")
-    serve.add_argument("--port", type=_port, default=envs.CHORUS_PORT or "8000",
-                       help="port to listen on; 0 picks a free one ($CHORUS_PORT)")
-    serve.add_argument("--device", default=envs.CHORUS_DEVICE or "cpu",
-                       help="cpu, cuda (every visible GPU), cuda:N or cuda:0,1 ($CHORUS_DEVICE)")
-    serve.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default=None,
-                       help="default: float32 on cpu, bfloat16 on cuda")
-    serve.add_argument("--api-key", default=None, help="require this key (default: $CHORUS_API_KEY)")
-    serve.add_argument("--voices-dir", default=None,
-                       help="voice library folder (default: $CHORUS_VOICES_DIR, else ./voices)")
-    serve.add_argument("--voices-db", default=None,
-                       help="postgresql://... voice library shared by several replicas (default: $CHORUS_VOICES_DB; "
-                            "else the embedded SQLite library in --voices-dir)")
-    serve.add_argument("--asr-model", default=None,
-                       help="Whisper model used to transcribe uploaded voices sent without a transcript")
-    serve.add_argument("--max-batch-size", type=_positive_int, default=16,
-                       help="requests one engine steps together at most")
-    serve.add_argument("--max-packed-tokens", type=_positive_int, default=24576,
-                       help="tokens one packed forward holds at most (every row's canvas, both guidance halves)")
-    serve.add_argument("--max-queue", type=_positive_int, default=256,
-                       help="requests accepted and not finished, all clients together; more get busy")
-    serve.add_argument("--max-audio-seconds", type=_positive_float, default=1800.0,
-                       help="audio one request may produce, from its plan; more is refused up front "
-                            "(default 1800)")
-    serve.add_argument("--max-audio-seconds-inflight", type=_positive_float, default=14400.0,
-                       help="audio all accepted requests together may produce (it is held in memory until "
-                            "sent); a request over it gets busy (default 14400)")
-    serve.add_argument("--max-text-chars", type=_positive_int, default=5000, help="longest text one request may have")
-    serve.add_argument("--max-inflight", type=_positive_int, default=16,
-                       help="requests one WebSocket connection may have in flight")
-    serve.add_argument("--max-frame-bytes", type=_size, default="16M",
-                       help="largest WebSocket frame; a larger one closes the socket with 1009 (default 16M)")
-    serve.add_argument("--max-reference-bytes", type=_size, default="16M",
-                       help="largest reference audio file, uploaded or base64 (default 16M)")
-    serve.add_argument("--max-reference-seconds", type=_positive_float, default=60.0,
-                       help="longest reference audio clip (default 60)")
-    serve.add_argument("--max-voices", type=_positive_int, default=1000,
-                       help="voices the library may hold (default 1000)")
-    serve.add_argument("--max-voices-bytes", type=_size, default="256M",
-                       help="stored voice data the library may hold, all voices together (default 256M)")
-    serve.add_argument("--idle-timeout", type=_non_negative_float, default=300.0,
-                       help="close a WebSocket idle this many seconds with nothing in flight (0: never; default 300)")
-    serve.add_argument("--drain-seconds", type=_non_negative_float, default=30.0,
-                       help="on SIGTERM/SIGINT, time in-flight requests get to finish before the rest are "
-                            "cancelled (default 30)")
-    serve.add_argument("--stream-idle-seconds", type=_positive_float, default=30.0,
-                       help="end a text stream with stream_idle after this long without text (default 30)")
-    serve.add_argument("--stream-max-buffered-chars", type=_positive_int, default=5000,
-                       help="text a stream may hold not yet synthesising; over it: stream_too_long (default 5000)")
-    serve.add_argument("--stream-max-segments", type=_positive_int, default=4,
-                       help="segments of one stream synthesising at once (default 4)")
-    serve.add_argument("--stream-max-seconds", type=_positive_float, default=900.0,
-                       help="longest a stream may last, open to done; over it: stream_too_long (default 900)")
-    serve.add_argument("--max-connections", type=_positive_int, default=None,
-                       help="open HTTP and WebSocket connections; more are answered 503 and closed (default 4096, "
-                            "and always at most the file descriptor limit less an eighth, at least 64)")
-    serve.add_argument("--header-timeout", type=_positive_float, default=10.0,
-                       help="seconds a request's headers may take to arrive, from its first byte or the connect; "
-                            "then 408 and close (default 10)")
-    serve.add_argument("--body-timeout", type=_positive_float, default=60.0,
-                       help="seconds a request body may take to arrive after its headers; then 408 and close "
-                            "(default 60)")
-    serve.add_argument("--send-timeout", type=_positive_float, default=30.0,
-                       help="seconds a client may take none of what the server sends (audio, or a close) before "
-                            "its connection is dropped and its requests cancelled (default 30)")
-    serve.add_argument("--max-bodies-bytes", type=_size, default="128M",
-                       help="HTTP request bodies held at once, all requests together; beyond, 503 busy (default 128M)")
-    serve.add_argument("--max-outbox-bytes", type=_size, default="32M",
-                       help="frames queued for one WebSocket and not yet sent; beyond, new requests on it get busy "
-                            "and past --send-timeout it is closed (1008) (default 32M)")
-    serve.add_argument("--allowed-origins", default=None,
-                       help="comma-separated browser Origins allowed besides the server's own, or * for any "
-                            "(default: $CHORUS_ALLOWED_ORIGINS, else same origin only)")
-    serve.add_argument("--allowed-hosts", default=None,
-                       help="comma-separated host names clients may reach the server by (the Host header), "
-                            "besides localhost, IP addresses and --host; *.example.com for subdomains, * for any "
-                            "(default: $CHORUS_ALLOWED_HOSTS; a name not listed gets 403: DNS rebinding)")
-    serve.add_argument("--page-embeds-key", action="store_true",
-                       help="put the API key in the demo page so it works without typing it; anyone who can "
-                            "load the page then has the key (private deployments only)")
-    serve.add_argument("--attention", choices=["auto", "torch", "flashinfer"], default="auto",
-                       help="attention kernels: flashinfer on CUDA when installed (auto), else torch's")
-    serve.add_argument("--engine-processes", choices=["auto", "yes", "no"], default="auto",
-                       help="run each device's engine in its own process (auto: when serving several GPUs, "
-                            "so their step loops do not share one interpreter lock)")
-    serve.add_argument("--quantize", choices=["none", "fp8"], default="none",
-                       help="fp8: the layers' projections in FP8 on a Hopper GPU (more audio per second under "
-                            "load, not a sooner first sound; not bit-exact: fidelity in docs/performance.md); "
-                            "none: the --dtype weights as they are")
-    serve.add_argument("--scheduling", choices=["deadline", "fifo"], default="deadline",
-                       help="deadline: each step packs the chunks due soonest first (a new request's first "
-                            "chunk before chunks far ahead of playback; whole-file requests fill what is left; "
-                            "nothing starves); fifo: first come first served")
-    serve.add_argument("--urgent-step-tokens", type=_positive_int, default=2048,
-                       help="deadline scheduling: while a chunk due soon runs, a step holds at most this many "
-                            "packed tokens (more only when the urgent chunks alone need more), so their steps "
-                            "stay short; chunks far ahead of playback wait")
-    serve.add_argument("--graph-max-tokens", type=_non_negative_int, default=8192,
-                       help="CUDA: steps up to this many packed tokens replay CUDA graphs captured at start "
-                            "(fewer interpreter launches per step; at 8192 they hold about 1.5 GiB more GPU memory "
-                            "than at 4096); 0: no graphs")
-    serve.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS,
-                       default=(envs.CHORUS_LOG_LEVEL or "info").lower(),
-                       help="log detail; debug also shows the traceback of a failed start ($CHORUS_LOG_LEVEL)")
+    add_serve_arguments(serve)
 
     make = sub.add_parser("make-checkpoint", help="write a random-weight OmniVoice checkpoint",
                           formatter_class=_HelpFormatter)
@@ -234,65 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def config_from_args(args: argparse.Namespace) -> ServerConfig:
-    cfg = ServerConfig.from_env()
-    if args.model:
-        cfg.model = args.model
-    cfg.host, cfg.port = args.host, args.port
-    if args.api_key:
-        cfg.api_key = args.api_key
-    if args.voices_dir:
-        cfg.voices_dir = Path(args.voices_dir)
-    if args.voices_db:
-        cfg.voices_db = args.voices_db
-    cfg.asr_model = args.asr_model
-    cfg.max_queue = args.max_queue
-    cfg.max_text_chars = args.max_text_chars
-    cfg.max_inflight_per_connection = args.max_inflight
-    cfg.max_frame_bytes = args.max_frame_bytes
-    cfg.max_reference_bytes = args.max_reference_bytes
-    cfg.max_reference_seconds = args.max_reference_seconds
-    cfg.max_voices = args.max_voices
-    cfg.max_voices_bytes = args.max_voices_bytes
-    cfg.idle_timeout = args.idle_timeout
-    cfg.drain_seconds = args.drain_seconds
-    cfg.stream = StreamLimits(args.stream_idle_seconds, args.stream_max_buffered_chars, args.stream_max_segments,
-                              args.stream_max_seconds)
-    cfg.max_connections = args.max_connections
-    cfg.header_timeout, cfg.body_timeout, cfg.send_timeout = args.header_timeout, args.body_timeout, args.send_timeout
-    cfg.max_bodies_bytes = args.max_bodies_bytes
-    cfg.max_outbox_bytes = args.max_outbox_bytes
-    if args.allowed_origins is not None:
-        cfg.allowed_origins = parse_origins(args.allowed_origins)
-    if args.allowed_hosts is not None:
-        cfg.allowed_hosts = parse_hosts(args.allowed_hosts)
-    if args.page_embeds_key:
-        cfg.page_embeds_key = True
-    cfg.engine.device = args.device
-    cfg.engine.dtype = args.dtype or ("float32" if args.device == "cpu" else "bfloat16")
-    cfg.engine.max_batch_size = args.max_batch_size
-    cfg.engine.max_packed_tokens = args.max_packed_tokens
-    cfg.engine.max_audio_seconds = args.max_audio_seconds
-    cfg.engine.max_audio_seconds_inflight = args.max_audio_seconds_inflight
-    cfg.engine.attention = args.attention
-    cfg.engine.scheduling = args.scheduling
-    cfg.engine.urgent_step_tokens = args.urgent_step_tokens
-    cfg.engine.graph_max_tokens = args.graph_max_tokens
-    cfg.engine.quantize = None if args.quantize == "none" else args.quantize
-    cfg.engine.engine_processes = {"auto": None, "yes": True, "no": False}[args.engine_processes]
-    return cfg
-
-
 def _configure_logging(level: str) -> None:
-    from server.logs import configure
-
     configure(level)
 
 
 def _bench(argv: list[str]) -> int:
     """`chorus bench` runs the repository's `bench/`, which is not installed: checkouts only."""
-    from server.checkout import checkout_root
-
     root = checkout_root()
     if root is None:
         print("chorus bench runs from a source checkout (it needs the repository's bench/ folder, which "
@@ -301,7 +88,7 @@ def _bench(argv: list[str]) -> int:
         return 2
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
-    from bench.cli import main as bench_main
+    from bench.cli import main as bench_main  # lazy: bench/ is on the path only from here on
 
     return bench_main(argv)
 
@@ -320,15 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "bench":
         return _bench(rest)
     if args.command == "loadtest":
-        from server.loadtest.cli import main as loadtest_main
-
         return loadtest_main(rest)
     if rest:
         parser.error("unrecognized arguments: " + " ".join(rest))
     if args.command == "make-checkpoint":
         _configure_logging("info")
-        from server.checkpoint import make_checkpoint
-
         path = make_checkpoint(args.size, args.out, seed=args.seed)
         print(f"wrote a random-weight {args.size} OmniVoice checkpoint to {path} (its audio is noise)")
         return 0
@@ -340,8 +123,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     """`chorus serve`; a failed start is one line (and its traceback with --log-level debug)."""
-    from server.boot_checks import StartupError
-    from server.run import serve
+    from server.run import serve  # lazy: `chorus --help` and the other commands load no web server
 
     try:
         return serve(config_from_args(args))

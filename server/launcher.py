@@ -20,7 +20,7 @@ START_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 60.0
 # `python -c` with this instead of `-m server` when the process gets a file-descriptor limit
 _LIMITED = ("import resource, runpy, sys; resource.setrlimit(resource.RLIMIT_NOFILE, ({0}, {0})); "
-            "sys.argv[0] = 'server'; runpy.run_module('server', run_name='__main__')")
+            "sys.argv[0] = '{1}'; runpy.run_module('{1}', run_name='__main__')")
 
 
 class ServerStartError(RuntimeError):
@@ -30,16 +30,19 @@ class ServerStartError(RuntimeError):
 class ServerProcess:
     """One `chorus serve` child. `args` are the serve flags; `--host`/`--port` are added
     (port 0 at first, the same port again on `restart`). `fd_limit` caps its open files
-    (RLIMIT_NOFILE, soft and hard)."""
+    (RLIMIT_NOFILE, soft and hard). `module` is what `python -m` runs (a test's own entry
+    module may build the app with what it injects)."""
 
     def __init__(self, args: list[str], log_path: Path, *, env: dict[str, str] | None = None,
-                 cwd: Path | None = None, port: int = 0, fd_limit: int | None = None):
+                 cwd: Path | None = None, port: int = 0, fd_limit: int | None = None,
+                 module: str = "server"):
         self.args = list(args)
         self.log_path = Path(log_path)
         self.env = dict(os.environ if env is None else env)
         self.cwd = cwd
         self.port = port
         self.fd_limit = fd_limit
+        self.module = module
         self.url = ""
         self.proc: subprocess.Popen | None = None
         self._log = None
@@ -59,7 +62,7 @@ class ServerProcess:
     def start(self, timeout: float = START_TIMEOUT_S) -> ServerProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = dict(self.env, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
-        launch = ["-m", "server"] if self.fd_limit is None else ["-c", _LIMITED.format(self.fd_limit)]
+        launch = ["-m", self.module] if self.fd_limit is None else ["-c", _LIMITED.format(self.fd_limit, self.module)]
         cmd = [sys.executable, *launch, "serve", "--host", "127.0.0.1", "--port", str(self.port), *self.args]
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - open while the process runs; a restart appends
         self._log_start = self._log.tell()

@@ -16,23 +16,27 @@ import contextlib
 import logging
 import signal
 import socket
+from collections.abc import Callable
 
 import uvicorn
 
+from server.app import create_app, drain, load_engines
 from server.boot_checks import StartupError, bind_error, check_device, check_model, check_voices_dir
+from server.checkpoint import ensure_demo_checkpoint, is_random_checkpoint
 from server.config import ServerConfig
+from server.engine.upstream import check_upstream
 from server.net.accept_log import AcceptErrorLog
 from server.net.http import guarded_http_protocol
 from server.net.limits import NetLimits, connection_cap, fd_soft_limit
 from server.net.websocket import guarded_ws_protocol
+from server.service import Engine
 
 log = logging.getLogger("chorus")
+WrapEngine = Callable[[Engine], Engine]
 
 
 def resolve_model(cfg: ServerConfig) -> None:
     """Fill `cfg.model`; with none named, make (once) and serve the tiny random demo."""
-    from server.checkpoint import ensure_demo_checkpoint, is_random_checkpoint
-
     if not cfg.model:
         cfg.model = str(ensure_demo_checkpoint())
         cfg.demo_model = True
@@ -126,8 +130,6 @@ class _Shutdown:
             self.server.should_exit = True
 
     async def _drain(self) -> None:
-        from server.app import drain
-
         try:
             await drain(self.app, self.drain_seconds, self.hurry)
         except Exception:  # stop anyway
@@ -138,8 +140,6 @@ class _Shutdown:
 
 async def _load(cfg: ServerConfig):
     """The engines, loaded before the server starts: a model that fails to load is one line."""
-    from server.app import load_engines
-
     try:
         return await load_engines(cfg)
     except Exception as exc:  # any failure to load is the model's
@@ -148,10 +148,9 @@ async def _load(cfg: ServerConfig):
         raise StartupError(f"--model {cfg.model}: could not load it ({reason})") from exc
 
 
-async def _serve_async(cfg: ServerConfig, sock: socket.socket) -> None:
-    from server.app import create_app
-
-    app = create_app(cfg, await _load(cfg), owns_engine=True)
+async def _serve_async(cfg: ServerConfig, sock: socket.socket, wrap_engine: WrapEngine | None) -> None:
+    engine = await _load(cfg)
+    app = create_app(cfg, wrap_engine(engine) if wrap_engine else engine, owns_engine=True)
     server = http_server(app, cfg)
     shutdown = _Shutdown(server, app, cfg.drain_seconds)
     loop = asyncio.get_running_loop()
@@ -170,11 +169,10 @@ async def _serve_async(cfg: ServerConfig, sock: socket.socket) -> None:
             shutdown.task.cancel()
 
 
-def serve(cfg: ServerConfig) -> int:
+def serve(cfg: ServerConfig, wrap_engine: WrapEngine | None = None) -> int:
     """Check what is cheap to check first (the model folder, the voices folder, the port),
-    then the device and the reference's names, then load and serve."""
-    from server.engine.upstream import check_upstream
-
+    then the device and the reference's names, then load and serve (the engines behind
+    `wrap_engine(engines)` when given: what a test puts between the app and the engines)."""
     if cfg.model:
         check_model(cfg.model)
     if not cfg.voices_db:
@@ -189,7 +187,7 @@ def serve(cfg: ServerConfig) -> int:
         log.info("omnivoice %s: all %d private names Chorus relies on are present", report.version,
                  report.checked)
         resolve_model(cfg)
-        asyncio.run(_serve_async(cfg, sock))
+        asyncio.run(_serve_async(cfg, sock, wrap_engine))
     finally:
         sock.close()
     log.info("stopped")

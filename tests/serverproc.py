@@ -11,17 +11,21 @@ from pathlib import Path
 from server.launcher import ServerProcess
 from tests.waiting import poll_until
 
+REPO = Path(__file__).resolve().parent.parent
+
 
 class ChorusServer(ServerProcess):
     def __init__(self, model: Path, workdir: Path, *args: str, env: dict[str, str] | None = None,
-                 fd_limit: int | None = None):
+                 fd_limit: int | None = None, module: str = "server"):
         self.model = Path(model)
         self.workdir = Path(workdir)
         self.voices_dir = self.workdir / "voices"
         environ = dict(os.environ if env is None else env)
         environ.pop("CHORUS_API_KEY", None)
+        # a test's own entry module (`module`) imports `tests`, from the repository root
+        environ["PYTHONPATH"] = os.pathsep.join(filter(None, (str(REPO), environ.get("PYTHONPATH"))))
         super().__init__(["--model", str(self.model), "--voices-dir", str(self.voices_dir), *args],
-                         self.workdir / "server.log", env=environ, fd_limit=fd_limit)
+                         self.workdir / "server.log", env=environ, fd_limit=fd_limit, module=module)
 
     def wait_for(self, predicate, what: str, timeout: float = 60.0) -> None:
         """Poll `predicate()` until true (for effects that land a step later, e.g. a cancel)."""

@@ -4,14 +4,13 @@ what outlasts it (its deadline, or a second signal) ends with `cancelled`, every
 is then closed (1001), and the process exits 0.
 
 No time margin decides anything here: the work that must outlast the drain is held in the
-engine until it is cancelled (`server.hold_gate`, `CHORUS_TEST_HOLD_TEXT`), so it can never
+engine until it is cancelled (`tests.held_server`, `tests.hold_gate`), so it can never
 finish first, and the drain that must let short work finish is 600 s long and ended by the
 test itself, with a second signal, once it has seen that work finish."""
 
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import threading
 
@@ -19,11 +18,10 @@ import httpx
 import pytest
 import websockets
 
-from server.hold_gate import HOLD_ENV
 from tests.chorus_client import END_TYPES, Audio, Session
+from tests.hold_gate import HOLD
 from tests.serverproc import ChorusServer
 
-HOLD = "held until cancelled"
 HELD = {"options": {"num_step": 8}, "progress": False}  # its text carries HOLD: it never ends by itself
 SHORT = {"options": {"num_step": 2}, "progress": False}
 NO_HANG_S = 120  # a frame that does not come within this is a hang
@@ -137,7 +135,7 @@ def sigterm_mid_load(server: ChorusServer, clients: int = 6) -> tuple[list[Clien
 
 @pytest.fixture
 def server(tiny_checkpoint, tmp_path, request):
-    s = ChorusServer(tiny_checkpoint, tmp_path, *request.param, env={**os.environ, HOLD_ENV: HOLD}).start()
+    s = ChorusServer(tiny_checkpoint, tmp_path, *request.param, module="tests.held_server").start()
     yield s
     s.stop()
 

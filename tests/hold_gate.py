@@ -1,22 +1,20 @@
-"""A test hook: requests that stay in flight, doing no work, until they are cancelled.
+"""Requests that stay in flight, doing no work, until they are cancelled.
 
-Set `CHORUS_TEST_HOLD_TEXT=MARKER` and every request whose text contains MARKER is
-checked and accepted by the real engine as usual, then held here: it emits nothing and
-never ends by itself; a cancel (the client's, the drain's `cancel_all`, or the engine
-stopping) ends it with `cancelled`. Shutdown tests use it for work that outlasts any
-drain, whatever the machine's speed, instead of a time margin. Without the variable the
-engine is used as it is: nothing here runs.
+Behind a `HoldGate`, every request whose text contains the marker is checked and accepted by
+the real engine as usual, then held here: it emits nothing and never ends by itself; a cancel
+(the client's, the drain's `cancel_all`, or the engine stopping) ends it with `cancelled`.
+Shutdown tests use it for work that outlasts any drain, whatever the machine's speed, instead
+of a time margin (`tests.held_server` serves an app built with it).
 """
 
 from __future__ import annotations
 
-import os
 import threading
 from typing import Any
 
 from server.engine.types import Accepted, EngineEvent, Finished, SynthesisRequest
 
-HOLD_ENV = "CHORUS_TEST_HOLD_TEXT"
+HOLD = "held until cancelled"  # the marker `tests.held_server` holds
 
 
 class HoldGate:
@@ -58,9 +56,3 @@ class HoldGate:
 
 def _ignore(event: EngineEvent) -> None:
     """The real engine's events of a held request (its cancellation) go nowhere."""
-
-
-def hold_from_env(engine: Any) -> Any:
-    """`engine` behind a `HoldGate` when `CHORUS_TEST_HOLD_TEXT` is set, else `engine` itself."""
-    marker = os.environ.get(HOLD_ENV)
-    return HoldGate(engine, marker) if marker else engine
