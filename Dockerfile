@@ -7,6 +7,13 @@ ARG VARIANT=cuda
 ARG CUDA_VERSION=13.0.1
 ARG UBUNTU=ubuntu24.04
 
+# ---- what both variants install: the package, its pins, the page, the benchmarks ------------
+FROM scratch AS sources
+COPY pyproject.toml README.md requirements.lock /app/
+COPY server /app/server
+COPY web /app/web
+COPY bench /app/bench
+
 # ---- GPU: install from the pins, then build FlashInfer's kernels into the image -----------
 FROM nvidia/cuda:${CUDA_VERSION}-devel-${UBUNTU} AS build-cuda
 ARG CUDA_ARCHS="9.0a"
@@ -16,10 +23,7 @@ RUN apt-get update && apt-get install -y --no-install-recommends python3 python3
 RUN python3 -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /app
-COPY pyproject.toml README.md requirements.lock ./
-COPY server ./server
-COPY web ./web
-COPY bench ./bench
+COPY --from=sources /app /app
 RUN pip install -c requirements.lock ".[gpu,postgres]"
 # nvcc compiles Chorus's kernels now, so the first request never waits on it
 RUN FLASHINFER_CUDA_ARCH_LIST="${CUDA_ARCHS}" python -m server.engine.kernels.flashinfer_aot
@@ -40,10 +44,7 @@ RUN apt-get update && apt-get install -y --no-install-recommends libsndfile1 \
 RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /app
-COPY pyproject.toml README.md requirements.lock ./
-COPY server ./server
-COPY web ./web
-COPY bench ./bench
+COPY --from=sources /app /app
 RUN grep -v '^nvidia-\|^triton=\|^cuda-' requirements.lock > /tmp/cpu.lock \
     && pip install --extra-index-url https://download.pytorch.org/whl/cpu "torch==2.14.1+cpu" \
     && pip install -c /tmp/cpu.lock ".[postgres]"

@@ -4,7 +4,9 @@ make (flags over `CHORUS_*` environment variables over the built-in defaults).""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 from server import envs
 from server.config import ServerConfig, StreamLimits, parse_hosts, parse_origins
@@ -68,6 +70,77 @@ def _size(text: str) -> int:
     return value
 
 
+class Limit(NamedTuple):
+    """A numeric `chorus serve` flag and the `ServerConfig` field it sets (`engine.` for the engine's)."""
+
+    flag: str
+    kind: Callable[[str], object]
+    default: object
+    field: str
+    help: str
+
+
+# The server's limits and sizes, in the order `--help` lists them.
+LIMITS = (
+    Limit("--max-batch-size", _positive_int, 16, "engine.max_batch_size",
+          "requests one engine steps together at most"),
+    Limit("--max-packed-tokens", _positive_int, 24576, "engine.max_packed_tokens",
+          "tokens one packed forward holds at most (every row's canvas, both guidance halves)"),
+    Limit("--max-queue", _positive_int, 256, "max_queue",
+          "requests accepted and not finished, all clients together; more get busy"),
+    Limit("--max-audio-seconds", _positive_float, 1800.0, "engine.max_audio_seconds",
+          "audio one request may produce, from its plan; more is refused up front "
+          "(default 1800)"),
+    Limit("--max-audio-seconds-inflight", _positive_float, 14400.0, "engine.max_audio_seconds_inflight",
+          "audio all accepted requests together may produce (it is held in memory until "
+          "sent); a request over it gets busy (default 14400)"),
+    Limit("--max-text-chars", _positive_int, 5000, "max_text_chars",
+          "longest text one request may have"),
+    Limit("--max-inflight", _positive_int, 16, "max_inflight_per_connection",
+          "requests one WebSocket connection may have in flight"),
+    Limit("--max-frame-bytes", _size, "16M", "max_frame_bytes",
+          "largest WebSocket frame; a larger one closes the socket with 1009 (default 16M)"),
+    Limit("--max-reference-bytes", _size, "16M", "max_reference_bytes",
+          "largest reference audio file, uploaded or base64 (default 16M)"),
+    Limit("--max-reference-seconds", _positive_float, 60.0, "max_reference_seconds",
+          "longest reference audio clip (default 60)"),
+    Limit("--max-voices", _positive_int, 1000, "max_voices",
+          "voices the library may hold (default 1000)"),
+    Limit("--max-voices-bytes", _size, "256M", "max_voices_bytes",
+          "stored voice data the library may hold, all voices together (default 256M)"),
+    Limit("--idle-timeout", _non_negative_float, 300.0, "idle_timeout",
+          "close a WebSocket idle this many seconds with nothing in flight (0: never; default 300)"),
+    Limit("--drain-seconds", _non_negative_float, 30.0, "drain_seconds",
+          "on SIGTERM/SIGINT, time in-flight requests get to finish before the rest are "
+          "cancelled (default 30)"),
+    Limit("--max-connections", _positive_int, None, "max_connections",
+          "open HTTP and WebSocket connections; more are answered 503 and closed (default 4096, "
+          "and always at most the file descriptor limit less an eighth, at least 64)"),
+    Limit("--header-timeout", _positive_float, 10.0, "header_timeout",
+          "seconds a request's headers may take to arrive, from its first byte or the connect; "
+          "then 408 and close (default 10)"),
+    Limit("--body-timeout", _positive_float, 60.0, "body_timeout",
+          "seconds a request body may take to arrive after its headers; then 408 and close "
+          "(default 60)"),
+    Limit("--send-timeout", _positive_float, 30.0, "send_timeout",
+          "seconds a client may take none of what the server sends (audio, or a close) before "
+          "its connection is dropped and its requests cancelled (default 30)"),
+    Limit("--max-bodies-bytes", _size, "128M", "max_bodies_bytes",
+          "HTTP request bodies held at once, all requests together; beyond, 503 busy (default 128M)"),
+    Limit("--max-outbox-bytes", _size, "32M", "max_outbox_bytes",
+          "frames queued for one WebSocket and not yet sent; beyond, new requests on it get busy "
+          "and past --send-timeout it is closed (1008) (default 32M)"),
+    Limit("--urgent-step-tokens", _positive_int, 2048, "engine.urgent_step_tokens",
+          "deadline scheduling: while a chunk due soon runs, a step holds at most this many "
+          "packed tokens (more only when the urgent chunks alone need more), so their steps "
+          "stay short; chunks far ahead of playback wait"),
+    Limit("--graph-max-tokens", _non_negative_int, 8192, "engine.graph_max_tokens",
+          "CUDA: steps up to this many packed tokens replay CUDA graphs captured at start "
+          "(fewer interpreter launches per step; at 8192 they hold about 1.5 GiB more GPU memory "
+          "than at 4096); 0: no graphs"),
+)
+
+
 def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--model", default=None, help="checkpoint folder or hub id (default: $CHORUS_MODEL, "
                        "else a tiny random demo checkpoint made once)")
@@ -87,36 +160,8 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
                             "else the embedded SQLite library in --voices-dir)")
     serve.add_argument("--asr-model", default=None,
                        help="Whisper model used to transcribe uploaded voices sent without a transcript")
-    serve.add_argument("--max-batch-size", type=_positive_int, default=16,
-                       help="requests one engine steps together at most")
-    serve.add_argument("--max-packed-tokens", type=_positive_int, default=24576,
-                       help="tokens one packed forward holds at most (every row's canvas, both guidance halves)")
-    serve.add_argument("--max-queue", type=_positive_int, default=256,
-                       help="requests accepted and not finished, all clients together; more get busy")
-    serve.add_argument("--max-audio-seconds", type=_positive_float, default=1800.0,
-                       help="audio one request may produce, from its plan; more is refused up front "
-                            "(default 1800)")
-    serve.add_argument("--max-audio-seconds-inflight", type=_positive_float, default=14400.0,
-                       help="audio all accepted requests together may produce (it is held in memory until "
-                            "sent); a request over it gets busy (default 14400)")
-    serve.add_argument("--max-text-chars", type=_positive_int, default=5000, help="longest text one request may have")
-    serve.add_argument("--max-inflight", type=_positive_int, default=16,
-                       help="requests one WebSocket connection may have in flight")
-    serve.add_argument("--max-frame-bytes", type=_size, default="16M",
-                       help="largest WebSocket frame; a larger one closes the socket with 1009 (default 16M)")
-    serve.add_argument("--max-reference-bytes", type=_size, default="16M",
-                       help="largest reference audio file, uploaded or base64 (default 16M)")
-    serve.add_argument("--max-reference-seconds", type=_positive_float, default=60.0,
-                       help="longest reference audio clip (default 60)")
-    serve.add_argument("--max-voices", type=_positive_int, default=1000,
-                       help="voices the library may hold (default 1000)")
-    serve.add_argument("--max-voices-bytes", type=_size, default="256M",
-                       help="stored voice data the library may hold, all voices together (default 256M)")
-    serve.add_argument("--idle-timeout", type=_non_negative_float, default=300.0,
-                       help="close a WebSocket idle this many seconds with nothing in flight (0: never; default 300)")
-    serve.add_argument("--drain-seconds", type=_non_negative_float, default=30.0,
-                       help="on SIGTERM/SIGINT, time in-flight requests get to finish before the rest are "
-                            "cancelled (default 30)")
+    for limit in LIMITS:
+        serve.add_argument(limit.flag, type=limit.kind, default=limit.default, help=limit.help)
     serve.add_argument("--stream-idle-seconds", type=_positive_float, default=30.0,
                        help="end a text stream with stream_idle after this long without text (default 30)")
     serve.add_argument("--stream-max-buffered-chars", type=_positive_int, default=5000,
@@ -125,23 +170,6 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
                        help="segments of one stream synthesising at once (default 4)")
     serve.add_argument("--stream-max-seconds", type=_positive_float, default=900.0,
                        help="longest a stream may last, open to done; over it: stream_too_long (default 900)")
-    serve.add_argument("--max-connections", type=_positive_int, default=None,
-                       help="open HTTP and WebSocket connections; more are answered 503 and closed (default 4096, "
-                            "and always at most the file descriptor limit less an eighth, at least 64)")
-    serve.add_argument("--header-timeout", type=_positive_float, default=10.0,
-                       help="seconds a request's headers may take to arrive, from its first byte or the connect; "
-                            "then 408 and close (default 10)")
-    serve.add_argument("--body-timeout", type=_positive_float, default=60.0,
-                       help="seconds a request body may take to arrive after its headers; then 408 and close "
-                            "(default 60)")
-    serve.add_argument("--send-timeout", type=_positive_float, default=30.0,
-                       help="seconds a client may take none of what the server sends (audio, or a close) before "
-                            "its connection is dropped and its requests cancelled (default 30)")
-    serve.add_argument("--max-bodies-bytes", type=_size, default="128M",
-                       help="HTTP request bodies held at once, all requests together; beyond, 503 busy (default 128M)")
-    serve.add_argument("--max-outbox-bytes", type=_size, default="32M",
-                       help="frames queued for one WebSocket and not yet sent; beyond, new requests on it get busy "
-                            "and past --send-timeout it is closed (1008) (default 32M)")
     serve.add_argument("--allowed-origins", default=None,
                        help="comma-separated browser Origins allowed besides the server's own, or * for any "
                             "(default: $CHORUS_ALLOWED_ORIGINS, else same origin only)")
@@ -165,14 +193,6 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
                        help="deadline: each step packs the chunks due soonest first (a new request's first "
                             "chunk before chunks far ahead of playback; whole-file requests fill what is left; "
                             "nothing starves); fifo: first come first served")
-    serve.add_argument("--urgent-step-tokens", type=_positive_int, default=2048,
-                       help="deadline scheduling: while a chunk due soon runs, a step holds at most this many "
-                            "packed tokens (more only when the urgent chunks alone need more), so their steps "
-                            "stay short; chunks far ahead of playback wait")
-    serve.add_argument("--graph-max-tokens", type=_non_negative_int, default=8192,
-                       help="CUDA: steps up to this many packed tokens replay CUDA graphs captured at start "
-                            "(fewer interpreter launches per step; at 8192 they hold about 1.5 GiB more GPU memory "
-                            "than at 4096); 0: no graphs")
     serve.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS,
                        default=(envs.CHORUS_LOG_LEVEL or "info").lower(),
                        help="log detail; debug also shows the traceback of a failed start ($CHORUS_LOG_LEVEL)")
@@ -190,22 +210,11 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     if args.voices_db:
         cfg.voices_db = args.voices_db
     cfg.asr_model = args.asr_model
-    cfg.max_queue = args.max_queue
-    cfg.max_text_chars = args.max_text_chars
-    cfg.max_inflight_per_connection = args.max_inflight
-    cfg.max_frame_bytes = args.max_frame_bytes
-    cfg.max_reference_bytes = args.max_reference_bytes
-    cfg.max_reference_seconds = args.max_reference_seconds
-    cfg.max_voices = args.max_voices
-    cfg.max_voices_bytes = args.max_voices_bytes
-    cfg.idle_timeout = args.idle_timeout
-    cfg.drain_seconds = args.drain_seconds
+    for limit in LIMITS:
+        owner, _, name = limit.field.rpartition(".")
+        setattr(cfg.engine if owner else cfg, name, getattr(args, limit.flag[2:].replace("-", "_")))
     cfg.stream = StreamLimits(args.stream_idle_seconds, args.stream_max_buffered_chars, args.stream_max_segments,
                               args.stream_max_seconds)
-    cfg.max_connections = args.max_connections
-    cfg.header_timeout, cfg.body_timeout, cfg.send_timeout = args.header_timeout, args.body_timeout, args.send_timeout
-    cfg.max_bodies_bytes = args.max_bodies_bytes
-    cfg.max_outbox_bytes = args.max_outbox_bytes
     if args.allowed_origins is not None:
         cfg.allowed_origins = parse_origins(args.allowed_origins)
     if args.allowed_hosts is not None:
@@ -214,14 +223,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         cfg.page_embeds_key = True
     cfg.engine.device = args.device
     cfg.engine.dtype = args.dtype or ("float32" if args.device == "cpu" else "bfloat16")
-    cfg.engine.max_batch_size = args.max_batch_size
-    cfg.engine.max_packed_tokens = args.max_packed_tokens
-    cfg.engine.max_audio_seconds = args.max_audio_seconds
-    cfg.engine.max_audio_seconds_inflight = args.max_audio_seconds_inflight
     cfg.engine.attention = args.attention
     cfg.engine.scheduling = args.scheduling
-    cfg.engine.urgent_step_tokens = args.urgent_step_tokens
-    cfg.engine.graph_max_tokens = args.graph_max_tokens
     cfg.engine.quantize = None if args.quantize == "none" else args.quantize
     cfg.engine.engine_processes = {"auto": None, "yes": True, "no": False}[args.engine_processes]
     return cfg

@@ -119,6 +119,14 @@ class Session:
                 assert frame["type"] == kind, f"{id} ended before {kind}: {outcome.frames[-1]}"
                 return frame
 
+    async def occupy(self, ids: list[str], text: str, **fields) -> None:
+        """Submit a request for each id and wait until each is stepping (its first `progress`):
+        work that holds its slots while a test hits a limit."""
+        for rid in ids:
+            await self.synthesize(rid, text, **fields)
+        for rid in ids:
+            await self.wait_for(rid, "progress")
+
     async def expect_error(self, code: str, id: str | None = None) -> dict[str, Any]:
         """The next id-`id` error frame (frames of other requests are kept, not lost)."""
         while True:

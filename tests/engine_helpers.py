@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -20,6 +21,16 @@ def start_engine(model, **settings):
     engine = EngineLoop(model, EngineSettings(**settings))
     engine.start()
     return engine
+
+
+@contextmanager
+def running_engine(model, **settings):
+    """`start_engine(model, **settings)` for the `with` block, stopped after it whatever happens."""
+    engine = start_engine(model, **settings)
+    try:
+        yield engine
+    finally:
+        engine.stop()
 
 
 def packed_len(engine, request) -> int:

@@ -7,7 +7,7 @@ import torch
 
 from server.engine.scheduling.scheduler import Scheduler
 from server.engine.types import GenerationOptions, RequestRejected, SynthesisRequest, VoicePrompt
-from tests.engine_helpers import GREEDY, Collector, packed_len, start_engine
+from tests.engine_helpers import GREEDY, Collector, packed_len, running_engine, start_engine
 
 TEXT = "The budget test sentence, of a modest length."
 
@@ -17,8 +17,7 @@ def test_budget_never_exceeded_and_everyone_finishes(model):
     one = packed_len(probe, SynthesisRequest("x", TEXT, options=GenerationOptions(num_step=8)))
     probe.stop()
     budget = int(one * 2.5)  # room for two at a time
-    eng = start_engine(model, max_packed_tokens=budget, max_batch_size=8)
-    try:
+    with running_engine(model, max_packed_tokens=budget, max_batch_size=8) as eng:
         c = Collector()
         ids = [f"b{i}" for i in range(7)]
         for rid in ids:
@@ -30,26 +29,20 @@ def test_budget_never_exceeded_and_everyone_finishes(model):
         assert max(s.items for s in log) == 2
         # FIFO: requests start in submission order
         assert c.start_order() == ids
-    finally:
-        eng.stop()
 
 
 def test_max_batch_size_is_respected(model):
-    eng = start_engine(model, max_batch_size=3)
-    try:
+    with running_engine(model, max_batch_size=3) as eng:
         c = Collector()
         ids = [f"m{i}" for i in range(7)]
         for rid in ids:
             eng.submit(SynthesisRequest(rid, TEXT, options=GenerationOptions(num_step=4)), c)
         c.wait(ids)
         assert max(s.items for s in eng.step_log) == 3
-    finally:
-        eng.stop()
 
 
 def test_too_large_request_is_refused_at_submission(model):
-    eng = start_engine(model, max_packed_tokens=200)
-    try:
+    with running_engine(model, max_packed_tokens=200) as eng:
         with pytest.raises(RequestRejected, match="packed tokens, over this server's budget of 200") as info:
             eng.submit(SynthesisRequest("big", TEXT * 4), Collector())
         assert info.value.field == "text"
@@ -57,8 +50,6 @@ def test_too_large_request_is_refused_at_submission(model):
         eng.submit(SynthesisRequest("ok", "Hi.", options=GenerationOptions(num_step=4, guidance_scale=0.0)), c)
         c.wait(["ok"])
         assert c.outcome("ok") == "done"
-    finally:
-        eng.stop()
 
 
 def test_cancel_frees_capacity_at_the_next_step(model):
@@ -93,8 +84,7 @@ def test_cancel_frees_capacity_at_the_next_step(model):
 
 
 def test_cancel_unknown_or_finished_is_harmless(model):
-    eng = start_engine(model)
-    try:
+    with running_engine(model) as eng:
         c = Collector()
         eng.submit(SynthesisRequest("a", "Hi.", options=GenerationOptions(num_step=3)), c)
         c.wait(["a"])
@@ -103,25 +93,19 @@ def test_cancel_unknown_or_finished_is_harmless(model):
         eng.submit(SynthesisRequest("b", "Hi.", options=GenerationOptions(num_step=3)), c)
         c.wait(["b"])
         assert len([e for e in c.events["a"] if type(e).__name__ == "Finished"]) == 1
-    finally:
-        eng.stop()
 
 
 def test_out_of_range_voice_codes_are_refused(model):
-    eng = start_engine(model)
-    try:
+    with running_engine(model) as eng:
         for tokens in [torch.full((8, 20), 50_000, dtype=torch.long), torch.zeros((7, 20), dtype=torch.long),
                        torch.full((8, 20), -1, dtype=torch.long), torch.zeros((8, 0), dtype=torch.long)]:
             with pytest.raises(RequestRejected) as info:
                 eng.submit(SynthesisRequest("v", TEXT, voice=VoicePrompt(tokens, "Ref.", 0.1)), Collector())
             assert info.value.field == "voice"
-    finally:
-        eng.stop()
 
 
 def test_an_exception_in_one_item_fails_only_that_request(model):
-    eng = start_engine(model)
-    try:
+    with running_engine(model) as eng:
         real_forward = eng.backbone.forward
 
         def forward_that_chokes_on_one_item(canvas):
@@ -142,13 +126,10 @@ def test_an_exception_in_one_item_fails_only_that_request(model):
         eng.submit(SynthesisRequest("after", "Still alive.", options=GenerationOptions(num_step=3)), c)
         c.wait(["after"])
         assert c.outcome("after") == "done"
-    finally:
-        eng.stop()
 
 
 def test_non_finite_logits_fail_their_request(model, monkeypatch):
-    eng = start_engine(model)
-    try:
+    with running_engine(model) as eng:
         real_forward = eng.backbone.forward
 
         @torch.inference_mode()
@@ -167,13 +148,10 @@ def test_non_finite_logits_fail_their_request(model, monkeypatch):
         c.wait(["nan", "fine"])
         assert c.outcome("nan") == "error" and "non-finite" in c.finished["nan"].message
         assert c.outcome("fine") == "done"
-    finally:
-        eng.stop()
 
 
 def test_invalid_inputs_are_rejected_with_their_field(model):
-    eng = start_engine(model)
-    try:
+    with running_engine(model) as eng:
         cases = [
             (SynthesisRequest("x", "  "), "text"),
             (SynthesisRequest("x", "Hi", instruct="purple voice"), "instruct"),
@@ -187,21 +165,16 @@ def test_invalid_inputs_are_rejected_with_their_field(model):
                 eng.submit(request, Collector())
             assert info.value.field == field
             assert str(info.value).startswith(field)
-    finally:
-        eng.stop()
 
 
 def test_duplicate_inflight_id_is_refused(model):
-    eng = start_engine(model)
-    try:
+    with running_engine(model) as eng:
         c = Collector()
         eng.submit(SynthesisRequest("dup", TEXT, options=GenerationOptions(num_step=30)), c)
         with pytest.raises(RequestRejected) as info:
             eng.submit(SynthesisRequest("dup", TEXT), c)
         assert info.value.code == "duplicate_id"
         c.wait(["dup"])
-    finally:
-        eng.stop()
 
 
 def test_stop_cancels_what_is_left(model):

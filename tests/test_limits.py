@@ -239,10 +239,7 @@ def test_full_queue_is_busy_with_retry_after(small_server):
 
     async def go():
         s = await Session.open(small_server.ws_url)
-        await s.synthesize("h1", "Hello there.", **heavy)
-        await s.synthesize("h2", "Hello there.", **heavy)
-        await s.wait_for("h1", "progress")
-        await s.wait_for("h2", "progress")
+        await s.occupy(["h1", "h2"], "Hello there.", **heavy)
         await s.send({"type": "synthesize", "id": "h3", "text": "No room."})
         busy = await s.expect_error("busy", "h3")
         async with httpx.AsyncClient(timeout=60) as http:

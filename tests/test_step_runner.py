@@ -11,7 +11,7 @@ from server.engine.planning.utterances import build_utterance, packed_len_of
 from server.engine.scheduling.output import ScheduledBatch
 from server.engine.types import GenerationOptions, SynthesisRequest
 from server.engine.work import RequestState
-from tests.engine_helpers import Collector, packed_len, start_engine
+from tests.engine_helpers import Collector, packed_len, running_engine
 
 TEXT = "The budget test sentence, of a modest length."
 
@@ -24,8 +24,7 @@ def _state(model, rid: str, seq: int, num_step: int = 4) -> RequestState:
 
 
 def test_out_of_memory_shrinks_the_step_instead_of_failing(model):
-    eng = start_engine(model)
-    try:
+    with running_engine(model) as eng:
         real_forward = eng.backbone.forward
         limit = {"tokens": None}
 
@@ -44,8 +43,6 @@ def test_out_of_memory_shrinks_the_step_instead_of_failing(model):
         c.wait(ids)
         assert [c.outcome(r) for r in ids] == ["done"] * 4
         assert eng.runner.oom_cap is not None and eng.runner.oom_cap <= limit["tokens"]
-    finally:
-        eng.stop()
 
 
 def test_run_isolates_a_failing_item_and_steps_the_rest_once(model):

@@ -140,10 +140,7 @@ def test_connection_and_server_limits(tight_server):
     async def go():
         a = await Session.open(tight_server.ws_url, **auth)
         b = await Session.open(tight_server.ws_url, **auth)
-        await a.synthesize("a1", "Hello there.", **HEAVY)
-        await a.synthesize("a2", "Hello there.", **HEAVY)
-        await a.wait_for("a2", "progress")
-        await a.wait_for("a1", "progress")
+        await a.occupy(["a1", "a2"], "Hello there.", **HEAVY)
         await a.send({"type": "synthesize", "id": "a3", "text": "One too many."})
         many = await a.expect_error("too_many_requests", "a3")
         await b.synthesize("b1", "Hello there.", **HEAVY)
