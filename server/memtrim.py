@@ -1,11 +1,8 @@
 """Give freed heap memory back to the system once the server goes idle after work.
 
-glibc keeps what a thread frees in that thread's malloc arena for reuse; after large
-requests (audio frames of tens of MB, decoded and encoded in several threads) the process
-stays at its peak. Measured on a CPU with the tiny checkpoint: 4 rounds of four
-5000-character requests took RSS from 1085 MB to a plateau of ~1430 MB that stayed while
-idle; `malloc_trim(0)` brought it back to ~1240 MB. So each time the server has had requests
-in flight and has none, it trims (in a thread: it takes the arenas' locks for a few ms).
+glibc keeps what a thread frees in that thread's arena, so after large requests the process
+stays at its peak; each time the server has had requests in flight and has none, it calls
+`malloc_trim(0)` (in a thread: it takes the arenas' locks).
 """
 
 from __future__ import annotations

@@ -95,8 +95,8 @@ def http_server(app, cfg: ServerConfig) -> uvicorn.Server:
     thread by the test suite's in-process server)."""
     limits = net_limits(cfg)
     log.info("connections: at most %d open (file descriptor limit %d)", limits.max_connections, fd_soft_limit())
-    # No permessage-deflate: audio does not compress, and deflating a 10 s frame costs
-    # ~13 ms of the event loop's time on each side before the first sample is heard.
+    # No permessage-deflate: audio does not compress, and deflating a large frame costs the
+    # event loop's time on each side before the first sample is heard.
     uv_config = uvicorn.Config(app, log_level="warning", lifespan="on", ws_max_size=cfg.max_frame_bytes,
                                ws_per_message_deflate=False, timeout_graceful_shutdown=30,
                                http=guarded_http_protocol(limits), ws=guarded_ws_protocol(limits),

@@ -1,22 +1,9 @@
 """A step's CFG scoring in one pass over half-precision logits (Triton, CUDA).
 
-The sampler's torch path (the reference's `_predict_tokens_with_scoring`) upcasts the head's
-logits to float32 and runs log-softmax of the conditional rows, of the unconditional rows,
-the mix `c + s * (c - u)`, log-softmax again, the MASK column filled, then max and argmax:
-some ten passes over (rows, C, V) float32 tensors, about 7 GB of memory traffic and 3 ms of
-a 32k-token step. Here one program per (conditional row, codebook) loads that row's two
-logit vectors once, in bf16/fp16, and writes only the confidence and the predicted id.
-
-The arithmetic is the torch path's, in float32: log-softmax as `(x - max) - log(sum(exp(x -
-max)))` with libdevice's `expf`/`logf` (what torch's CUDA kernels call), the mix in separate
-roundings (no FMA contraction), MASK excluded after the second log-softmax, the first
-maximum on ties. Only the order of each sum differs, so confidences agree to float32
-rounding and a predicted id can differ only where two candidates are that close; `check()`
-measures both, and the sampler uses the kernel only when the check passes. Non-finite logits
-give a NaN confidence, so the item fails exactly as on the torch path.
-
-Used for steps where every item does CFG and none samples classes (the default knobs);
-other steps keep the torch path.
+One program per (conditional row, codebook) reads the row's two logit vectors once and writes
+only the confidence and the predicted id, with the torch path's float32 arithmetic (only the
+order of each sum differs). Used for steps where every item does CFG and none samples classes,
+when `check()` passes (docs/architecture.md, "Kernels").
 """
 
 from __future__ import annotations
@@ -114,9 +101,7 @@ if triton is not None:
 available = kernels_can_run  # whether this kernel can run on a device
 
 
-# `python -m bench.sampler_sweep` (1024 + 1 lanes a row, us a call on an H200): a fast-start
-# chunk's 50 rows 4.06 on four warps (5.16 on one), a lone line's 250 rows 8.53 on one (11.17 on
-# four), 2000 rows 55.6 (72.1), 16000 rows 420 (553). Few programs hide latency with more warps.
+# Few programs hide latency with more warps; many run best on one (the sweep's choice).
 FEW_PROGRAMS = 1024  # programs (rows x codebooks) below which a program gets FEW_PROGRAMS_WARPS
 FEW_PROGRAMS_WARPS = 4
 MANY_PROGRAMS_WARPS = 1
@@ -142,7 +127,7 @@ def cfg_scores(logits: torch.Tensor, n_cond: int, scale: torch.Tensor, mask_id: 
     the same order), scale (n_cond,) float32 -> confidence (n_cond, C) float32 and
     predicted (n_cond, C) int64, as `reference` computes them. `num_warps` defaults to
     `warps_for` the step; `split=False` reads each row as one block of V's next power of two
-    (the kernel's earlier shape, for the sweep)."""
+    (the kernel's earlier shape)."""
     rows, c, v = logits.shape
     assert rows == 2 * n_cond and logits.is_contiguous() and scale.numel() == n_cond
     confidence = torch.empty((n_cond, c), dtype=torch.float32, device=logits.device)

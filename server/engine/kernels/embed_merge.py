@@ -1,19 +1,9 @@
 """A step's input embeddings in one pass (Triton, CUDA).
 
-The reference's `_prepare_embed_inputs` embeds every row twice and keeps one: the text table
-at codebook 0's id, and the sum of the eight audio tables at the ids shifted by each
-codebook's offset (ids masked to 0 on text rows first), then `where(audio_mask, audio,
-text)`. That is six launches a step (a multiply and an add of the ids, two gathers, a
-reduction over the codebooks, the select) and an (8, S, hidden) intermediate: about 23 us of
-a lone line's 1.9 ms step on an H200, and 1 GB of memory traffic at 32k tokens.
-
-Here one program per row reads what that row keeps: its text row, or its eight audio rows
-summed in float32 and rounded once, as the reduction does. The reduction's order is CUDA's
-block reduction over the codebook dimension (pairs at half the distance, `ORDER_TREE`); in
-float32 a sum of eight bf16 (fp16) values is exact unless their magnitudes lie more than
-~2^13 (~2^10) apart, so either order almost always gives the same bits. `check` measures both
-against the reference on the model's own tables, and the backbone takes the kernel only in an
-order that gives the reference's bits (`CHORUS_FUSED_EMBED=0` turns it off).
+One program per row reads what the reference's `_prepare_embed_inputs` keeps for it: its text
+row, or its eight audio rows summed in float32 and rounded once. `check` finds a summation order
+that gives the reference's bits on the model's own tables; without one the backbone keeps the
+reference's modules (docs/architecture.md, "Kernels").
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-"""Build the FlashInfer kernels Chorus uses ahead of time (for images: no nvcc at first request).
+"""Build the FlashInfer kernels Chorus uses ahead of time, so no request waits on nvcc.
 
-`python -m server.engine.kernels.flashinfer_aot` compiles exactly Chorus's kernels (ragged
-non-causal prefill for fp16 and bf16 at head_dim 128, rmsnorm, RoPE, silu_and_mul) for
-the architectures in `FLASHINFER_CUDA_ARCH_LIST` (default `9.0a`: H100/H200) and installs
-them where FlashInfer looks before compiling anything: `<flashinfer>/data/aot/<module>/`.
+`python -m server.engine.kernels.flashinfer_aot` compiles exactly Chorus's kernels for the
+architectures in `FLASHINFER_CUDA_ARCH_LIST` (default `9.0a`) where FlashInfer looks first.
 It needs nvcc, not a GPU.
 """
 

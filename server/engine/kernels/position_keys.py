@@ -1,21 +1,8 @@
-"""The tail of a step's scoring in one pass: position noise, layer penalty, temperature,
+"""The tail of a step's scoring in one launch: position noise, layer penalty, temperature,
 finiteness flags and the mask-aware selection key (Triton, CUDA).
 
-After the CFG scoring, the sampler's torch path turns each (row, codebook) confidence into
-the key that top-k ranks: Gumbel noise from the item's uniform draws (six in-place ops),
-minus the layer penalty, over the position temperature, plus the noise, the finiteness
-flags (before and after, revealed positions aside), NaN and infinities mapped to the
-float32 extremes, revealed positions to -inf, and the predicted ids clamped. That is some
-twenty launches of tiny kernels a step, each its own pass over the step's scores: on a lone
-10 s line's step on an H200 0.12 ms of GPU and a share of the host's time that a short chunk's
-1.3 ms step cannot always hide. Here it is one launch that reads each input once (0.06 ms).
-
-The arithmetic is the torch path's, operation for operation in float32, each rounded on
-its own (no contraction, IEEE division, libdevice's `logf` as torch's CUDA `log`), so the
-keys are bit-identical; `check()` compares the two on inputs with NaN, infinities and
-revealed positions, and the sampler uses the kernel only when they are equal. It writes
-the keys and clamped ids row-major, or codebook-major for a lone item, whose top-k then
-reads them without a copy.
+Operation for operation the torch path's float32 arithmetic (`sampling_ops`), each rounded on
+its own, so the keys are bit-identical; the sampler uses it only when `check()` finds them equal.
 """
 
 from __future__ import annotations

@@ -1,22 +1,8 @@
 """Qwen3's per-head q/k RMSNorm and RoPE in one pass over the fused QKV output (Triton).
 
-Unfused, a layer reads the q and k heads out of the QKV row with a strided norm kernel,
-writes them, and reads and writes them again for RoPE: four passes over 24 of the row's 32
-heads. Here each q and k head is loaded once, normalised in float32, rotated (rotate-half,
-`theta ** (-2i / D)` frequencies, the position of the token within its document) and
-written to contiguous q and k, rounding once. V is never touched: attention reads it
-straight from the QKV output.
-
-Two layouts cut the work into programs (`ProgramShape`, chosen per step size by
-`program_shape`): `heads`, a group of one token's heads a program, which small steps run
-fastest; and `tokens`, a few tokens a program with their q heads as one tile and their k
-heads as another and the rotation's cos and sin made once per token, which large steps
-run fastest. The `heads` layout's shapes give the same bits (measured on an H200); the
-`tokens` layout's may differ from them in the last bit (the norm's sum order).
-
-`available()` says whether Triton and a CUDA device are there; `check()` compares the
-kernel with the unfused arithmetic on random data, and the backbone uses the kernel only
-when that check passes (else it keeps the FlashInfer kernels, logged).
+Each q and k head is loaded once, normalised in float32, rotated and written contiguous; V is
+never touched. Two program layouts (`ProgramShape`: `heads` for small steps, `tokens` for large
+ones) are chosen by step size; the backbone uses the kernel only when `check()` passes.
 """
 
 from __future__ import annotations
@@ -145,11 +131,9 @@ TOKENS_LAYOUT_FROM = 1024  # packed rows from which a step takes the `tokens` la
 
 
 def program_shape(seq: int, heads: int) -> ProgramShape:
-    """The shape for a step of `seq` tokens, measured on an H200 at the full-size model's 16
-    q and 8 k heads (`python -m bench.qk_rope_sweep`, us a call in a CUDA graph): from ~1k rows
-    one token a program on two warps (1605 rows: 5.8 against 9.2 for a whole token's heads on
-    four warps; 34k: 104 against 133 for 8 heads on one warp, 3.2 TB/s); below that 8 heads
-    on one warp (544 rows: 3.5 against 4.6; 135 rows: 2.6, as four warps)."""
+    """The shape for a step of `seq` tokens, the fastest the sweep on Hopper found at the
+    full-size model's heads: from `TOKENS_LAYOUT_FROM` rows one token a program on two warps;
+    below, eight heads a program on one warp."""
     if seq >= TOKENS_LAYOUT_FROM:
         return ProgramShape("tokens", 1, 2)
     if heads % 8 == 0:

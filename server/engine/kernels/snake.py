@@ -1,25 +1,9 @@
 """The codec decoder's Snake activations as one Triton kernel each (CUDA only).
 
-The DAC acoustic decoder behind `audio_tokenizer.decode` runs ~36 `Snake1d` modules per
-decode, each `x + (alpha + 1e-9).reciprocal() * sin(alpha * x).pow(2)`: five elementwise
-kernels for a few hundred kilobytes of audio, so the decode is bound by launches from Python,
-not by the GPU. Here each Snake is one launch (~140 fewer per decode) doing the same float32
-arithmetic with the same roundings:
-
-- `inv = (alpha + 1e-9).reciprocal()` is computed once at install time by that very torch
-  expression on the module's device, so it is the tensor the module computes on every call;
-- `t = alpha * x`, `s = sin(t)`, `y = x + inv * (s * s)`, each op rounded on its own
-  (`pow(2)` is `base * base` in torch; the launch disables FMA contraction, as torch's
-  separate kernels cannot contract across each other);
-- `sin` is libdevice's `__nv_sinf`, the function torch's CUDA `sin` calls, with
-  flush-to-zero off as nvcc builds it (Triton's `tl.sin` may lower to the approximate
-  `sin.approx.f32`). libdevice's `__nv_sinf` is written with explicit `fma.rn`/`mul.rn`
-  intrinsics, so contraction settings do not change it.
-
-`install()` swaps each `Snake1d.forward` for the kernel only when the parameters are CUDA
-float32, Triton is there, `CHORUS_FUSED_SNAKE` is not "0", and `check()` finds the kernel
-bit-identical to the module's expression on random data (or, failing that, within 1e-6
-relative, said in the log); otherwise it changes nothing and logs why.
+Each `Snake1d` becomes one launch doing the module's float32 arithmetic with the same roundings
+(the reciprocal made once by the module's own expression, no FMA contraction, libdevice's
+`sinf` as torch's CUDA `sin`). `install()` swaps a module only where `check()` finds the kernel
+equal to its expression, and `CHORUS_FUSED_SNAKE=0` keeps torch's (docs/architecture.md).
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """The narrow projections of a small step split along their inner dimension (CUDA).
 
-A layer's O and down projections have 1024 output columns and a long inner dimension (2048,
-3072). At a few hundred packed rows cuBLAS runs them on a few dozen tiles, so most of the
-GPU waits while those tiles walk the inner dimension: on an H200 the O projection at 160
-rows moves its 4 MB of weights at 0.6 TB/s. Splitting the inner dimension into `splits`
-slices (one strided-batched GEMM, float32 partial products) puts that many times more tiles
-to work, and the partials are summed where they are read anyway: the residual add + RMSNorm
-that follows each of these projections adds the slices in a fixed order, rounds the sum to
-the model's dtype (the projection's output as the unsplit GEMM would round it), and goes on as
-`fused_add_rmsnorm` does. No extra launch, and the result does not depend on timing.
-
-`split_linear` is the GEMM, `split_add_rmsnorm` the norm, `splits_for` how many slices a step
-of so many rows takes; `check()` is their start-up gate.
+`split_linear` runs the O and down projections as one strided-batched GEMM over `splits` slices
+(float32 partials); `split_add_rmsnorm`, the residual add + RMSNorm that follows each, sums the
+slices in a fixed order and rounds as the unsplit GEMM would. `splits_for` picks the slices by
+step size; `check()` is their start-up gate (docs/architecture.md, "Kernels").
 """
 
 from __future__ import annotations
@@ -27,10 +19,9 @@ except Exception:  # noqa: BLE001
     triton = None
 
 
-# Slices by packed rows, measured on an H200 (`python -m bench.split_k_sweep`: each projection
-# with its add + norm, against cuBLAS + FlashInfer's `fused_add_rmsnorm`): four slices save
-# 1.8-2.7 us a projection at 128-160 rows, two save 0.5-2.6 at 272-544 and 0.1-0.5 at 1088; from
-# ~1.6k rows the unsplit GEMM has tiles enough and splitting loses.
+# Slices by packed rows, as the sweep against cuBLAS + FlashInfer's `fused_add_rmsnorm` chose
+# them: the fewer the rows, the more slices; past the last bound the unsplit GEMM has tiles
+# enough and splitting loses.
 SPLITS_BY_ROWS = ((192, 4), (1024, 2))
 
 
@@ -84,10 +75,8 @@ def split_linear(x: torch.Tensor, weight: torch.Tensor, splits: int) -> torch.Te
 
 
 def norm_shape(rows: int) -> tuple[int, int]:
-    """(rows a program, warps) of the norm for a `rows`-row step, measured on an H200
-    (`python -m bench.split_k_sweep --norm-shapes`, us a call in a CUDA graph): a row a program
-    throughout; eight warps where the step is split in four (135 rows: 2.12 against 2.30 on
-    four), four above (544 rows: 2.56 either way)."""
+    """(rows a program, warps) of the norm for a `rows`-row step: a row a program throughout;
+    eight warps where the step is split in four, four above (the sweep's choice)."""
     return (1, 8) if rows <= SPLITS_BY_ROWS[0][0] else (1, 4)
 
 

@@ -1,11 +1,8 @@
 """Where the engine's Triton kernels run, and whether they may.
 
-`INTERPRET`: whether Triton runs in its CPU interpreter (`TRITON_INTERPRET`, as Triton reads
-it): the engine's kernels then take the interpreter's branches (no libdevice) and run on CPU
-tensors, which is how their CPU tests exercise them. `kernels_can_run`: whether the engine's
-Triton kernels can run on a device (each kernel module's `available`). `checked_error`: the start-up gate of a
-kernel that replaces torch arithmetic only when its error against float32 is within the
-model dtype's rounding.
+`INTERPRET`: Triton's CPU interpreter (the kernels' CPU tests take its branches);
+`kernels_can_run`: whether the kernels can run on a device; `checked_error`: the start-up gate
+of a kernel whose error against float32 must be within the model dtype's rounding.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """One step's packed inputs: every admitted canvas end to end in a single ragged row.
 
-A request in a step becomes two documents, its conditional canvas and its CFG
-counterpart (only the target region), or one document when its guidance is 0. Documents
-are laid out `[cond_0, uncond_0, cond_1, ...]` and kept apart by the attention backend's
-`doc_lens`, not by a mask, so there are no pad positions at all. Positions restart at 0
-in every document: without that, RoPE would read a later document as a continuation of
-the previous one.
+A request is two documents (its conditional canvas and its CFG counterpart) or one at guidance
+0, laid out `[cond_0, uncond_0, cond_1, ...]` and kept apart by `doc_lens`, not by a mask: no pad
+positions. Positions restart at 0 in every document, so RoPE never reads one as the next's start.
 """
 
 from __future__ import annotations

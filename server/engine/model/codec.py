@@ -1,12 +1,7 @@
 """The audio codec side: decode finished canvases, post-process, encode reference voices.
 
-Each finished chunk is decoded on its own. Batching clips of different lengths would need
-padding, and a padded convolutional decode changes the samples near each clip's end, so a
-seeded request would no longer sound the same alone and in a crowd.
-
-On CUDA each of the codec's Snake activations is one Triton launch (`snake`, checked against
-the torch arithmetic at start), and a clip decodes by replaying its length bucket's CUDA graph
-(`decode_graphs`), as the decode is bound by the host's launches and by cuDNN's planning.
+Each finished chunk is decoded on its own (a padded batch would change the samples near each
+clip's end); on CUDA through Triton Snake activations and length-bucket CUDA graphs.
 """
 
 from __future__ import annotations

@@ -1,24 +1,8 @@
 """CUDA graphs for small steps: buckets, capture, replay.
 
-Small steps are launch-bound (hundreds of kernels, a few microseconds each), so packed rows
-up to the largest token bucket replay a CUDA graph captured per bucket of (tokens,
-documents). A step is padded up to its bucket with dummy tokens that form their own
-documents: every operation but attention is row-wise and attention never crosses a document
-boundary, so real rows compute exactly what they would alone. Larger steps run eagerly:
-there the GEMMs dominate and a graph buys nothing.
-
-Token buckets are 64 apart up to 1024 (a lone 10 s request, 537 tokens, pads to 576, not
-640: the padded GEMM rows are real work), 256 apart up to 4096 (steps of 2-4k tokens are the
-ones the deadline scheduler keeps while urgent chunks run, `--urgent-step-tokens`) and 512
-apart up to 8192: a burst of new requests runs steps of 4-8k tokens, whose eager launches
-(7 ms and more of interpreter time, plus the sampler's) are as long as the GPU work and, in a
-server, compete with decoding and the event loop for the interpreter. Where a step holds one
-or two requests (up to 5 documents) the buckets are twice as fine below 2048 (32 apart up to
-1024, 128 up to 2048): a lone line pays its bucket's padding on every one of its 32 steps (on
-an H200 its 537 tokens took 2.15 ms padded to 576, 2.07 at 544), while finer buckets for every
-document count would double the graphs and their memory (each holds its own attention plan).
-`--graph-max-tokens` lowers the limit: the 268 graphs up to 8192 hold about 1.5 GiB more GPU
-memory than the 162 up to 4096 did, and take a few seconds more to capture.
+Steps up to the largest token bucket replay a graph captured per bucket of (tokens, documents),
+padded with dummy tokens that form their own documents, so real rows compute what they would
+alone; larger steps run eagerly. The bucket grid and why it is shaped so: docs/architecture.md.
 """
 
 from __future__ import annotations

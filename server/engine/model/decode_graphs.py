@@ -1,29 +1,10 @@
 """Codec decodes replayed as CUDA graphs, one per bucket of lengths (CUDA only).
 
-A chunk's decode is ~370 host operators (Python modules, 32 cuDNN convolutions) for about
-2.7 ms of GPU work at 10 s: bound by the host, ~7-10 ms of wall time on an H200. And the
-first decode of a length it has not seen costs 50-90 ms more: cuDNN builds an execution plan
-for every convolution of every new input shape, per thread. Under real traffic nearly every
-request is a length not seen before, so its first audio waited for that.
-
-So a clip decodes at its bucket's length (`BUCKETS`: every 4 frames up to 48, then about 8%
-apart, up to `MAX_FRAMES`), with every convolution's input zeroed past the clip's own end:
-each convolution then reads exactly what it reads at the clip's own length (its zero padding
-there, zeros here) and the samples of the clip are the exact-length decode's up to float
-rounding (cuDNN may sum in another order for another shape). The clip's end never changes
-with its neighbours', as padding with other data would. Zeroing is a forward pre-hook on the
-decoder's convolutions, driven by a device tensor that holds the clip's length, so one
-graph per bucket replays any length in it: `warm` captures every bucket on every worker
-thread at start-up, and no request pays for a plan or a capture again.
-
-Each worker thread keeps its own graphs and memory pool and captures on its own stream
-(thread-local capture mode), so decodes on other threads and the step loop carry on; a
-thread's graphs share one pool, safe because they replay one at a time on that thread and
-each output is copied out before the next replay. The engine thread may replay a thread's
-graphs itself (`replay`, on that thread's stream) while that thread has no decode of its own:
-the finisher's idle lanes. A bucket that cannot be captured decodes
-eagerly (masked), logged once; longer clips and the legacy default stream decode eagerly at
-their own length.
+A clip decodes at its bucket's length with every convolution's input zeroed past its own end
+(a forward pre-hook driven by a device tensor), so its samples are the exact-length decode's and
+one graph serves every length in a bucket. Each worker thread keeps its own graphs and pool and
+captures on its own stream; the engine thread may replay an idle lane's graphs on that lane's
+stream (docs/architecture.md, "Finishing chunks").
 """
 
 from __future__ import annotations

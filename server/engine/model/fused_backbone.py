@@ -1,27 +1,9 @@
 """FusedBackbone: the packed forward with fused weights and FlashInfer kernels (CUDA).
 
-Same contract as `OmniVoiceBackbone`: `forward(canvas) -> (S_t, C, V)` float32 logits at the
-canvas's target rows, in `tgt_index` order. Same weights too (the reference instance's), laid
-out once at load for fewer, larger GEMMs:
-
-- q/k/v projections concatenated into one (Hq + 2 Hkv) x D by hidden matrix, gate and up into
-  one 2 I x hidden matrix: 4 GEMMs per layer instead of 7.
-- Everything stays (S, H, D): the QKV output is viewed, never transposed; Qwen3's per-head q/k
-  RMSNorm reads the strided view and writes q and k contiguous; RoPE (positions restart in
-  every document) rotates them in place; V is read straight from the QKV output.
-- `fused_add_rmsnorm` folds each residual add into the next norm; `silu_and_mul` the MLP gate
-  (`kernels.py`).
-- On CUDA, q/k norm and RoPE are one Triton pass (`qk_norm_rope`) when its self-check passes.
-- On CUDA, steps of at most ~1k rows split the O and down projections along their inner
-  dimension, and the add + norm after each sums the slices (`split_k.py`).
-- On CUDA, the input embeddings are one Triton pass (`embed_merge`) when it gives the
-  reference's bits on the model's own tables; `audio_heads` is the reference module's own,
-  and only target rows go through the head GEMM and the float32 upcast.
-- Small steps replay CUDA graphs (`cuda_graphs.py`), captured per bucket when the backbone is
-  made, so no request pays for a capture.
-
-`TorchOps` gives the same kernels in plain torch, so the whole path (weight fusion, padding,
-layer order) is exercised and checked on CPU against the reference.
+The contract of `OmniVoiceBackbone` (float32 logits at the target rows, in `tgt_index` order) on
+the reference's weights laid out once for fewer, larger GEMMs, with the Triton kernels that pass
+their checks (`kernel_choices`). `TorchOps` gives the same kernels in torch, so the whole path is
+checked on CPU against the reference (docs/architecture.md, "The fused backbone").
 """
 
 from __future__ import annotations
@@ -249,8 +231,8 @@ class FusedBackbone:
 
         The first eager step of a process otherwise pays on a request's path for what only a
         step too large for the graphs needs: Triton builds each eager-only kernel variant on its
-        first launch (100-300 ms each with an empty kernel cache, as in a new container), and
-        the caching allocator grows to the largest step's activations, which it keeps.
+        first launch (slow with an empty kernel cache, as in a new container), and the caching
+        allocator grows to the largest step's activations, which it keeps.
         """
         if tokens <= self.graph_max_tokens or self.device.type != "cuda":
             return False

@@ -1,11 +1,8 @@
 """Python's cyclic GC paused while CUDA graphs are captured.
 
-A collection during a capture that frees some other CUDA graph (say, of a backbone dropped
-earlier) destroys it mid-capture, which CUDA forbids: the capture fails ("operation not
-permitted when stream is capturing"). Captures run on the engine thread and on the finisher
-threads at start (and on a finisher thread later for a decode bucket not captured then),
-possibly at the same time, so the pause is counted: the collector comes back on when the
-last capture ends, in the state it was in before the first.
+A collection that frees another graph mid-capture makes the capture fail. Captures run on
+several threads at once, so the pause is counted: the collector resumes, in the state it was in,
+when the last capture ends.
 """
 
 from __future__ import annotations

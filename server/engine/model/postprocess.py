@@ -1,16 +1,8 @@
 """The reference's post-processing on whole arrays, with the very same output.
 
-`OmniVoice._post_process_audio` removes silences through pydub: the audio becomes int16
-frames, is sliced by milliseconds (pydub's own rounding, zero-padding a slice that runs past
-the end), and every 10 ms window's loudness comes from `audioop.rms` (an integer: the
-truncated square root of an exactly summed mean square) tested against a dBFS threshold, one
-Python call per window. That costs 15-20 ms of CPU per 10 s chunk, all of it holding the GIL.
-
-Here each step is the same arithmetic done for all windows at once: sums of squares from one
-segmented int64 sum (exact, as audioop's double sums of int16 squares are), positions and
-thresholds from the same float expressions pydub evaluates, and the loudness, fade and pad
-steps as the reference's numpy code, fused into one output buffer. Every sample is
-bit-identical to the reference's (tests/test_postprocess_port.py compares them on many clips).
+A vectorised port of `OmniVoice._post_process_audio` (pydub's silence removal, loudness, fade
+and pad) that does the same arithmetic for all windows at once, off the GIL; every sample is
+bit-identical to the reference's (tests/test_postprocess_port.py).
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """The step runner: one scheduled batch in, one launched step out.
 
-`StepRunner.run(utts)` packs the batch's canvases, runs the forward and the sampler (which
-reveals each utterance's tokens in place), and queues a non-blocking copy of the per-item
-finiteness flags to the host. Nothing here waits for the device. A batch that raises is
-retried in halves until the culprit is alone, and out-of-memory lowers a cap on packed
-tokens per forward; neither changes any utterance's tokens (the sampler writes only after
-all of a step's picks are computed), so a retried half is never stepped twice.
-
-The runner owns no request state: what the step did comes back as a `LaunchedStep`, and
-the scheduler (`advance`) and the loop (settle, finish) act on it.
+`StepRunner.run` packs the batch's canvases, runs the forward and the sampler and queues a
+non-blocking copy of the finiteness flags; nothing waits for the device. A batch that raises is
+retried in halves until the culprit is alone; out-of-memory lowers a cap on packed tokens per
+forward. What the step did comes back as a `LaunchedStep` (`scheduling/output.py`).
 """
 
 from __future__ import annotations

@@ -1,25 +1,10 @@
 """One unmasking step for every item of a packed step: the reference's scoring, batched.
 
-Per item this is `_predict_tokens_with_scoring` + the selection loop of
-`_generate_iterative`: CFG log-softmax mix (or the conditional alone at guidance 0),
-MASK excluded, greedy or top-10% Gumbel class sampling, confidence minus the codebook
-layer penalty, Gumbel position noise, top-k over still-masked positions with k from the
-item's own schedule.
-
-All of it runs once for every row of the step: the per-item parts (guidance, penalty,
-temperature, k) become per-row values, and the top-k runs over a padded (items, C x Tmax)
-score table. Only random draws stay per item, from each item's own generator, so a
-seeded request's tokens do not depend on its neighbours. On CUDA a step where every item
-does CFG and none samples classes (the default knobs) gets its confidences and predicted
-ids from `cfg_scores`' one pass over the head's bf16 logits instead of the float32 torch
-ops (same arithmetic, only the order of each sum differs; checked at start).
-
-No score can make the shared step index out of range or touch a neighbour: selection ranks
-on a mask-aware key (a still-masked position above every revealed or padding one, NaN and
-infinities mapped to the float32 extremes), picks are written through a padded table, and
-token ids are clamped to the vocabulary. A masked position with a non-finite score (e.g.
-knobs beyond float32: a layer penalty that overflows, a denormal position temperature)
-fails its own item through the finiteness flags; the other items step on unchanged.
+Per item `_predict_tokens_with_scoring` and the selection loop of `_generate_iterative`, run once
+for every row of the step: per-item knobs become per-row values, top-k runs over a padded score
+table, random draws stay per item (each item's own generator). Selection ranks on a mask-aware
+key, so no score can touch a neighbour; a non-finite one fails its own item. On CUDA the scoring
+and the keys may be one Triton kernel each (`cfg_scores`, `position_keys`).
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """Encoding reference voices off the step's critical path.
 
-A voice upload runs the reference's `create_voice_clone_prompt` (resampling, silence trim,
-an ASR pass when no transcript is given, the codec's encoder): up to seconds of work per
-clip. On the engine thread it would stall every request's steps; here it runs on its own
-worker threads (on a GPU each with its own CUDA stream), at most `workers` clips at once,
-the rest queued in arrival order.
+`create_voice_clone_prompt` runs on worker threads of its own (on a GPU each with its own CUDA
+stream), `workers` clips at a time, the rest queued in arrival order.
 """
 
 from __future__ import annotations

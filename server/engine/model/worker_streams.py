@@ -15,8 +15,8 @@ HIGHEST_PRIORITY = -100
 
 def decode_priority() -> int:
     """Priority of the finisher's decode streams: the highest, so a finished chunk's decode
-    (a request's first audio waits for it) is given SMs before a step's queued blocks (on an
-    H200 at 70% load no different from an ordinary stream, which `CHORUS_DECODE_PRIORITY=0` makes)."""
+    (a request's first audio waits for it) is given SMs before a step's queued blocks
+    (`CHORUS_DECODE_PRIORITY=0`: an ordinary stream)."""
     return HIGHEST_PRIORITY if envs.CHORUS_DECODE_PRIORITY else 0
 
 

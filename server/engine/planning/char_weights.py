@@ -1,13 +1,8 @@
 """The duration estimator's per-character sum, as a table lookup with the same result.
 
-Every chunk's length is estimated from its characters' weights (`RuleDurationEstimator`):
-planning a 60 s paragraph sums some 2,600 of them, once for the whole text and again for
-each chunk and its reference. The reference sums them through a cached method call per
-character, which made the estimates most of a request's planning (about a third of a
-millisecond on the path to its first sound). `WeightTable` maps characters to the
-reference's own weights in a dict and sums the same floats in the same order with the same
-built-in `sum`, so every estimate is bit-identical (tests compare it on every script's
-characters); only the per-character call goes.
+`WeightTable` maps characters to `RuleDurationEstimator`'s own weights and sums the same floats
+in the same order with the same built-in `sum`, so every estimate is bit-identical; only the
+reference's cached method call per character goes.
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
 """A chunk's style and text token ids, as the reference makes them, at less cost.
 
-Every chunk's canvas starts with its style tokens and its text tokens
-(`_prepare_inference_inputs`), and chunk 0's are made on the path to the first sound. There
-the tokenizer runs cold: the request comes after the engine's own work has pushed its tables
-out of the caches, and a call that takes 0.15 ms back to back takes about 1 ms (measured on
-a 2-core host). Two things cut it:
-
-- The style string takes a handful of values (language, instruct, denoise), so its ids are
-  kept per string.
-- The text still goes through the reference's `_tokenize_with_nonverbal_tags` (its tag
-  splitting stays the reference's), but each piece is encoded by the fast tokenizer's own
-  backend, without the Python wrapper around it, which is half the cold cost.
-
-`PrefixTokenizer.check` compares both against the tokenizer's own calls on probe texts when an
-engine starts; a tokenizer they differ on (or one without a backend) keeps the plain calls.
+Style ids are kept per style string; the text still goes through the reference's
+`_tokenize_with_nonverbal_tags`, with each piece encoded by the fast tokenizer's backend.
+`PrefixTokenizer.check` compares both with the tokenizer's own calls when an engine starts; a
+tokenizer they differ on keeps the plain calls.
 """
 
 from __future__ import annotations

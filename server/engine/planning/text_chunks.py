@@ -1,19 +1,9 @@
 """The reference's text chunking, walking the punctuation instead of every character.
 
-A long text is cut into chunks on the path to its first sound: `chunk_text_punctuation`
-(the reference's rule) appends the text character by character to Python lists, joins and
-strips the sentence so far at every full stop to look for abbreviations, and joins every
-chunk again at the end. For a 60 s paragraph that was most of its planning, which went from
-1.06 to 0.55 ms on an H200 machine's host with this port (the engine's timeline, fast start).
-
-Here the same three passes work on positions. A sentence, a merged chunk and a final chunk
-are always runs of consecutive characters of the text (a punctuation mark that opens a
-sentence joins the previous sentence, which ends right before it), so each is kept as a
-(start, end) pair; only the punctuation and closing marks, found by one regular expression,
-are visited, and a chunk becomes a string once, by slicing. Lengths are the same character
-counts the reference's lists have, so every merge decision and every output string is the
-reference's (tests compare the two on curated and random texts). The punctuation, closing
-marks and abbreviations are the reference module's own sets.
+Sentences and chunks are (start, end) spans of the text; only punctuation and closing marks,
+found by one regular expression, are visited, and a chunk becomes a string once. Lengths are the
+character counts the reference's lists have, so every chunk is the reference's (tests compare
+them on curated and random texts).
 """
 
 from __future__ import annotations

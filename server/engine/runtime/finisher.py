@@ -1,27 +1,9 @@
-"""Finishing chunks off the step thread: decode on its own CUDA stream, then post-process.
+"""Finishing chunks off the step thread: decode on a lane's CUDA stream, then post-process.
 
-Decoding a finished canvas (7-10 ms on a GPU) would otherwise stall the step loop once per
-finished chunk. The decode streams have the highest priority, as a request's first audio
-waits for its decode (on an H200 at 70% load this measured no different from an ordinary
-stream). A small pool of worker threads decodes and post-processes right there: the
-vectorised post-processing (server/engine/model/postprocess.py) takes about a millisecond of CPU
-per 10 s chunk, mostly in numpy with the GIL released, far less than a hop to a worker
-process would add to a lone request. Results go back to the engine thread as commands, so
-all request bookkeeping stays on the engine thread.
-
-A thread that has slept runs its first port cold, up to twice as long as a warm one (the
-state the port itself warms: code, branch history, the allocator's blocks; keeping the core
-awake does not help). So a thread idle for `COLD_AFTER_S` ports a short built-in clip while
-the GPU decodes its chunk, and the chunk's own port then runs warm. Under load the threads
-are never idle that long and never do it (`CHORUS_POST_WARMUP=0`: never).
-
-Each thread is a *lane*: its stream, its decode graphs and the thread that finishes what they
-decode. When a chunk finishes and a lane is idle, the engine thread itself launches the decode
-there (its graph replayed on the lane's stream, the audio and tokens copied out to pinned
-memory behind it) and the lane's thread only waits for it and post-processes: the first
-sound no longer waits for a thread to wake before its decode starts (0.3-0.5 ms
-on an H200's host). A busy lane, or a length without a graph on that lane, is decoded by the
-lane's thread as before (`CHORUS_DECODE_LAUNCH=0`: always).
+Each lane is a stream, its decode graphs and one thread. An idle lane's decode is launched by
+the engine thread itself (the lane's thread only waits and post-processes); a busy lane's by its
+thread (`CHORUS_DECODE_LAUNCH=0`: always). A thread that went cold ports a short clip while the
+GPU decodes. Results return to the engine thread as commands (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -91,7 +73,7 @@ class Finisher:
         self._streams = WorkerStreams(device, decode_priority())  # ahead of the steps' kernels
         self._launch_here = envs.CHORUS_DECODE_LAUNCH
         # wall time of each decode (to the audio on the host) and post-processing job (ms),
-        # measured where it ran, for the bench
+        # timed where it ran, for the bench
         self.decode_ms: deque[float] = deque(maxlen=4096)
         self.decode_jobs = 0
         self.post_ms: deque[float] = deque(maxlen=4096)

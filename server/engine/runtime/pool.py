@@ -1,10 +1,7 @@
 """Several engines behind one engine API: one `EngineLoop` per device.
 
-A new request goes, whole, to the engine with the least outstanding work: the work of the
-requests it holds, reserved at submission (about 2 x target tokens x steps per request) and
-released when the request ends. The pool keeps that count itself, under its lock, so two
-submits at once never both see an engine as idle. All chunks of a request stay on its
-engine, since later chunks may take chunk 0 as their reference. Cancels follow the request.
+A request goes, whole, to the engine with the least outstanding work, reserved at submission
+under the pool's lock and released when it ends; its cancels follow it.
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
 """One engine in its own process, behind the engine API (`--engine-processes`).
 
-With one engine thread per GPU in a single process, every step thread competes for one GIL
-with the others and with the event loop: two H200s gave 1.13x one. Here each GPU's
-`EngineLoop` runs in a spawned child process; the parent keeps the same API (`submit`,
-`cancel`, `encode_voice`, `stats`), so the pool routes to it as to a thread.
-
-The wire between them is a `multiprocessing` pipe of pickled tuples:
-- parent -> child: `("submit", call, request)`, `("cancel", request_id)`,
-  `("encode", call, audio, rate, text)`, `("stats", call)`, `("stop",)`;
-- child -> parent: `("reply", call, ok, value)` answers a call, `("event", event)` carries an
-  engine event (progress, tokens, audio, finished) for the request's sink.
-
-A child that dies (killed, crashed, out of memory) is noticed by the parent's reader as the
-pipe closing: every request it held ends with `error` ("the engine process died"), waiting
-calls fail with `busy`, and a new child is started; the other engines never notice.
+Each GPU's `EngineLoop` runs in a spawned child, so step threads do not share one interpreter
+lock. The wire is a pipe of pickled tuples: parent -> child `("submit", call, request)`,
+`("cancel", request_id)`, `("encode", call, audio, rate, text)`, `("stats", call)`, `("stop",)`;
+child -> parent `("reply", call, ok, value)` and `("event", event)`. A child that dies fails
+its own requests, fails waiting calls with `busy`, and is restarted.
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """When each chunk is needed: the deadlines and slack that the `deadline` scheduler packs by.
 
-A streamed request's chunk 0 is due when the request arrived (or at its `due_at` hint, the
-moment the listener's playback reaches it, for a stream's later text segment). A later chunk
-is due when playback will reach it: playback start (first audio sent, and not before the
-hint) plus the audio of the chunks before it, at real-time speed; before any audio has been
-sent, the start is estimated as chunk 0's due time plus the steps chunk 0 takes. Whole-file
-requests (`stream: whole`) play nothing until they end: one is due its whole audio's length
-after it arrived, so it waits for streams while it can and ages in once it cannot.
-
-Slack is what is left after the work: due - now - (steps still to run x seconds per step).
-A chunk whose slack exceeds the horizon is far ahead of playback: it may wait, and may be
-paused, for chunks that are due sooner.
+A streamed chunk is due when playback reaches it (chunk 0: on arrival, or its `due_at` hint); a
+whole-file request is due its audio's length after arrival. Slack = due - now - steps left x
+seconds per step; beyond the horizon a chunk may wait (docs/architecture.md).
 """
 
 from __future__ import annotations

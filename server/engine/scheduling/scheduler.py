@@ -1,37 +1,10 @@
 """Admission and progress: which utterances run in the next step, and what a step changed.
 
-There is no prefill or decode phase, only work left against a budget: every running
-utterance costs its packed length in every step until its last. Utterances join at step
-boundaries, within `max_batch_size` items and `max_packed_tokens` tokens, by one of two
-policies:
-
-- `fifo`: strictly first come first served; a waiting head that does not fit yet blocks
-  those behind it, so nothing starves. Running utterances always run.
-- `deadline` (`deadlines.py`): least slack first. Urgent chunks (slack within the horizon)
-  go in slack order and block those behind them, as FIFO's head does; chunks far ahead of
-  playback, then whole-file requests, fill what is left and never block. While urgent
-  chunks run, a step holds at most `urgent_step_tokens` packed tokens (or the urgent
-  chunks' own, when more): a step's time grows with its tokens, and an urgent chunk needs
-  all its steps to be short, not the batch to be full; while streams' later chunks run
-  without urgent ones, steps stay within `AHEAD_STEP_FACTOR` times that, so a first chunk
-  arriving does not wait behind a long step. Running chunks that no longer fit
-  are paused (whole-file ones first, most slack first); they resume when room frees or
-  their slack runs out. Pausing is safe and costs nothing: an utterance's canvas stays on
-  the device and its tokens depend only on its own schedule index and generator, never on
-  which steps it shares or skips. Urgent chunks are not paused (but see below), and a
-  chunk's slack only shrinks while it waits, so every chunk ages into the urgent class:
-  nothing starves.
-- While a chunk whose audio is already due is being decoded (`await_decode`: a request's
-  first sound, or a later chunk playback has caught up with), only chunks with at most
-  `DECODE_HOLD_SLACK_S` of slack run; the rest wait out the decode, a few milliseconds, so
-  the sound the listener waits for does not share the GPU with a large step of work that
-  is not due for a second or more (a long text's later chunks start right as its first
-  chunk's decode does). A hold ends when the engine reports the chunk `decoded`, or after
-  `DECODE_HOLD_MAX_S` whatever happens.
-
-The scheduler owns the state changes of a step: `schedule()` says what runs, and
-`advance(step)` (what the runner launched) moves every stepped utterance one step on and
-retires those that took their last. It never touches a model, so it is tested with none.
+Utterances join at step boundaries within `max_batch_size` items and `max_packed_tokens`
+tokens, first come first served (`fifo`) or least slack first (`deadline`: urgent chunks block,
+the rest fill, steps capped while urgent work runs, pausing and a hold while a due chunk
+decodes; docs/architecture.md, "Scheduling by deadline"). `schedule()` says what runs,
+`advance(step)` moves every stepped utterance on. It never touches a model.
 """
 
 from __future__ import annotations
@@ -55,8 +28,7 @@ class _Waiting:
 
 POLICIES = ("deadline", "fifo")
 # With no urgent chunk, streams' later chunks still run in steps of at most this many times
-# `urgent_step_tokens` (8192: ~17 ms on an H200, ~5% below a full step's rate): a new turn's
-# first sentence waits for the step in flight, and a 32k-token step would be ~66 ms of that.
+# `urgent_step_tokens`: a new turn's first sentence waits for the step in flight.
 AHEAD_STEP_FACTOR = 4
 DECODE_HOLD_SLACK_S = 0.25  # while a due chunk decodes, chunks with more slack than this wait
 DECODE_HOLD_MAX_S = 0.05  # a hold lasts at most this long, even if the decode's report is late

@@ -1,25 +1,9 @@
 """FlashInfer attention (CUDA): ragged, non-causal, planned once per step for every layer.
 
-Documents of a packed row are told apart by the plan's `qo_indptr`/`kv_indptr` (the same
-array twice: every document attends to exactly itself), never by a mask. The indptr is a
-CPU int32 tensor: a GPU one would force a device-to-host sync inside `plan`.
-
-Two hazards of FlashInfer's planner that this module handles:
-- `plan` fills a page-locked host buffer and then enqueues a copy of it to the device. If the
-  host re-plans the same wrapper before the GPU executed the previous copy (the host running
-  a step ahead, which is the whole point of an asynchronous step loop), the pending copy would
-  read the new plan. Plans therefore alternate between two wrappers, and each waits (on an
-  event recorded right after its previous plan) only until its own previous copy ran.
-- A CUDA graph bakes the plan's layout (work-list offsets, grid) into the captured launch, so
-  a graph needs a wrapper in FlashInfer's CUDA-graph mode: fixed document count, fixed maximum
-  rows, indptr in static device buffers. `GraphPlanner` is that, one per captured bucket.
-
-A step whose documents are those of a plan still held (the usual case: a request keeps its
-canvas for all its steps) reuses that plan: no host work, no copy.
-
-Steps of up to `small_rows` packed rows (a lone request, a few) run a short Triton kernel
-instead (`triton_attention.py`), which FlashInfer's fixed cost per layer loses to there;
-it is used only when its start-up check against float32 attention passes.
+Documents are told apart by the plan's indptr (a CPU tensor, so planning never syncs). Plans
+alternate between two wrappers so a plan's pending host-to-device copy is never overwritten;
+graphs get a CUDA-graph-mode wrapper per bucket (`GraphPlanner`); small steps go to the Triton
+kernel (`triton_backend`) when its start-up check passes (docs/architecture.md, "Kernels").
 """
 
 from __future__ import annotations
@@ -48,10 +32,8 @@ REQUIRED_NAMES: tuple[tuple[str, str], ...] = (
 )
 WORKSPACE_BYTES = 128 * 1024 * 1024
 # Steps of at most this many packed rows attend with the Triton kernel (0: never), by how it
-# can load (`triton_attention`: TMA on Hopper, pointers elsewhere; measured against this
-# module's kernel on an H200, `python -m bench.attention_sweep --tma`: ahead from 135 to 4296
-# rows with TMA from 1k rows, to about 1k rows with pointers alone);
-# CHORUS_SMALL_ATTENTION_ROWS overrides it.
+# can load (`triton_backend`: TMA on Hopper, pointers elsewhere): up to where it stays ahead of
+# FlashInfer's kernel (docs/performance.md). CHORUS_SMALL_ATTENTION_ROWS overrides it.
 SMALL_ROWS = 1024
 SMALL_ROWS_TMA = 4608
 

@@ -1,26 +1,9 @@
 """Attention within each document of a small packed row, in one short Triton kernel.
 
-A lone request's step packs a few hundred rows in two or three documents. FlashInfer's
-Hopper prefill kernel is built for long rows: at 135 rows it takes 7.3 us a layer, most of
-it fixed cost, a sixth of a short chunk's forward. Here a program takes `BLOCK_M`
-query rows of one document and one query head, and runs the usual online softmax over its
-document's keys in `BLOCK_N` blocks (float32 scores and sums, the model's dtype for the
-two matrix products' inputs): no planning beyond a table of tiles, and a grid of
-tiles x heads that fills the GPU even for one short document.
-
-Above `POINTER_ROWS` rows on Hopper, the q tile and each key and value block come in
-through tensor descriptors (TMA: one bulk copy a tile, which Triton's pipeliner keeps in
-flight ahead of the products); that is what lets the kernel beat FlashInfer's up to a few
-thousand rows. Below, and on other GPUs, through tensors of pointers, which in a small
-step's forward measured as fast or faster. Same blocks, same arithmetic in the same order
-(a lone line's forward gives the same bits either way). With TMA, rows past a document's end
-are read (the next document's, or zeros past the packed row) and dropped: their scores are
--inf, so their values weigh exactly 0, and output rows past the end are not stored.
-
-`TritonAttention.plan(doc_lens)` makes that table (query start, document end, document
-start per tile) on the host and copies it to the device without waiting; a graph
-planner keeps it in a static buffer sized for its bucket, so a captured graph replays
-any layout of that many documents and rows.
+A program takes `BLOCK_M` query rows of one document and one head and runs the online softmax
+over its document's keys; a tile table made on the host replaces planning, and a graph planner
+keeps it in a static buffer. On Hopper, larger steps load tiles by TMA, smaller ones by pointers:
+the same arithmetic in the same order (docs/architecture.md, "Kernels").
 """
 
 from __future__ import annotations
@@ -44,12 +27,8 @@ try:  # host-side tensor descriptors (TMA), in Triton from 3.3
 except Exception:  # noqa: BLE001
     TensorDescriptor = None
 
-# Measured on an H200 against FlashInfer's Hopper kernel (16 q / 8 kv heads of 128, bf16, one
-# layer's call replayed in a CUDA graph; `python -m bench.attention_sweep --tma`): pointer
-# loads 4.9 vs 7.4 us at 135 rows, 10.4 vs 10.8 at 537, 18.6 vs 18.1 at 1611, 45.8 vs 42.2 at
-# 4296; TMA loads 16.2 at 1611 (two stages) and 40.0 at 4296 (three). In whole graphed
-# forwards (`python -m bench.attention_ab`) TMA took 1587-row steps 3.96 -> 3.79 ms and
-# 4234-row ones 9.22 -> 9.07, lost 3% at 117 rows and tied at 529: pointers up to 1024 rows.
+# Tiles, warps and pipeline stages as the sweeps on Hopper chose them (docs/performance.md):
+# pointer loads up to `POINTER_ROWS`, where TMA gains nothing in a whole forward.
 BLOCK_M = 64
 BLOCK_N = 64
 NUM_WARPS = 4
