@@ -13,6 +13,7 @@ import os
 import sys
 import warnings
 
+from server import envs
 from server.boot_checks import StartupError
 from server.checkout import checkout_root
 from server.checkpoint import make_checkpoint
@@ -98,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     # decode or encode a file (soundfile and PyAV do), so the warning only misleads.
     warnings.filterwarnings("ignore", message="Couldn't find ffmpeg or avconv", category=RuntimeWarning)
     quiet = "ignore:Couldn't find ffmpeg or avconv:RuntimeWarning"  # engine and finisher processes too
-    os.environ["PYTHONWARNINGS"] = ",".join(filter(None, (os.environ.get("PYTHONWARNINGS"), quiet)))
+    os.environ["PYTHONWARNINGS"] = ",".join(filter(None, (envs.PYTHONWARNINGS, quiet)))
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
     if args.command is None:

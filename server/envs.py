@@ -69,6 +69,7 @@ SWITCHES: tuple[Switch, ...] = (
            "steps of at most this many packed rows attend with the Triton kernel (`0`: FlashInfer always)"),
     # third-party
     Switch("TRITON_INTERPRET", _yes, False, "Triton's CPU interpreter (tests of the kernels without a GPU)"),
+    Switch("PYTHONWARNINGS", _text, None, "Python's warning filters; `chorus` adds one for pydub's ffmpeg warning"),
 )
 _BY_NAME = {switch.name: switch for switch in SWITCHES}
 
