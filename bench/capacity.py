@@ -36,6 +36,7 @@ from bench import ws_bench
 from bench.agents import VoiceTurn, voice_agent_loop
 from bench.metrics import emit_report, percentile, stats
 from bench.mixes import plain_mix
+from bench.server_steps import StepWatch
 from server.checkout import git_commit
 from server.launcher import ServerProcess
 from server.loadtest.cli import split_serve_args
@@ -56,8 +57,9 @@ def _agents_share(url: str, indices: list[int], seed: int, until: float, starts:
     return [{**asdict(turn), "first_audio_ms": turn.first_audio_ms} for turns in asyncio.run(run()) for turn in turns]
 
 
-def agent_level(url: str, agents: int, args, options: dict, pool: ProcessPoolExecutor) -> dict:
-    """`agents` voice agents joining over the ramp, measured for `level_seconds` after it."""
+async def agent_level(url: str, agents: int, args, options: dict, pool: ProcessPoolExecutor) -> dict:
+    """`agents` voice agents joining over the ramp, measured for `level_seconds` after it, with
+    what the server's steps did meanwhile."""
     ramp, seconds = args.ramp_seconds, args.level_seconds
     t0 = time.perf_counter()
     measured_from, until = t0 + ramp, t0 + ramp + seconds
@@ -65,7 +67,9 @@ def agent_level(url: str, agents: int, args, options: dict, pool: ProcessPoolExe
     shares = [list(range(k, agents, args.client_processes)) for k in range(args.client_processes)]
     futures = [pool.submit(_agents_share, url, share, args.seed, until, [starts[i] for i in share], options)
                for share in shares if share]
-    turns = [t for f in futures for t in f.result() if t["started_at"] >= measured_from]
+    async with StepWatch(ws_bench.http_base(url)) as steps:
+        shares_done = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
+    turns = [t for share in shares_done for t in share if t["started_at"] >= measured_from]
     first = [t["first_audio_ms"] for t in turns if t["first_audio_ms"] is not None]
     late = [u for t in turns for u in t["underruns"]]
     audio = sum(t["audio_seconds"] for t in turns)
@@ -77,7 +81,7 @@ def agent_level(url: str, agents: int, args, options: dict, pool: ProcessPoolExe
             "turns_with_underrun": sum(1 for t in turns if t["underruns"]),
             "underruns": len(late), "late_seconds": round(sum(late), 3),
             "worst_late_s": round(max(late, default=0.0), 3),
-            "audio_s_per_s": round(audio / seconds, 2),
+            "audio_s_per_s": round(audio / seconds, 2), "server_steps": steps.result(),
             "passed": bool(turns) and all(t["outcome"] == "done" for t in turns) and not late
             and p95 is not None and p95 <= args.p95_ms}
 
@@ -126,7 +130,7 @@ def run_curve(url: str, args) -> dict:
     with ProcessPoolExecutor(args.client_processes, mp_context=ctx) as pool:
         for fraction in args.fractions:
             agents = max(1, round(fraction * capacity / AGENT_AUDIO_S_PER_S))
-            level = {"fraction": fraction, "agents": agent_level(url, agents, args, options, pool)}
+            level = {"fraction": fraction, "agents": ws_bench.run(agent_level(url, agents, args, options, pool))}
             if not args.no_poisson:
                 poisson = ws_bench.run(ws_bench.loaded(url, capacity, load=fraction,
                                                        duration_s=args.poisson_seconds, seed=args.seed))

@@ -197,7 +197,7 @@ async def loaded(url: str, max_audio_s_per_s: float, load: float = 0.7, duration
     specs = [RequestSpec(f"load{i:05d}", make_text(rng, seconds), seconds) for i in range(len(arrivals))]
     clients = [await Client.connect(url) for _ in range(connections)]
     try:
-        async with StepWatch(_http_base(url), graph_max_tokens=graph_max_tokens) as steps:
+        async with StepWatch(http_base(url), graph_max_tokens=graph_max_tokens) as steps:
             t0 = time.perf_counter()
             waits = []
             for i, (at, spec) in enumerate(zip(arrivals, specs)):
@@ -221,7 +221,7 @@ async def loaded(url: str, max_audio_s_per_s: float, load: float = 0.7, duration
             "server_steps": steps.result()}
 
 
-def _http_base(ws_url: str) -> str:
+def http_base(ws_url: str) -> str:
     """ws://host:port/v1/stream -> http://host:port (wss -> https)."""
     base = ws_url.split("/v1/", 1)[0]
     return base.replace("wss://", "https://", 1).replace("ws://", "http://", 1)
