@@ -7,6 +7,10 @@ import json
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.bench
+
 SUMMARY_KEYS = ["agents_sustained", "agents_sustained_fifo", "p95_first_audio_ms", "underruns",
                 "loaded_p95_first_audio_ms_deadline", "loaded_p95_first_audio_ms_fifo",
                 "throughput_ratio_deadline_vs_fifo", "minutes", "gpu", "commit"]

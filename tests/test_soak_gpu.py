@@ -1,6 +1,8 @@
 """`python -m bench.soak_gpu`'s parts on a CPU: the calibrate-then-pace soak against a real
 server (the tiny checkpoint, in process), the command line it records, and GPU memory read
 from canned nvidia-smi outputs, per process or, where nvidia-smi cannot see the pids (as in
+
+pytestmark = pytest.mark.bench
 many containers), for the visible devices."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`python -m bench.gemm_algos` and its cuBLASLt binding: refused without CUDA; on a GPU, every
+"""`python -m microbench.gemm_algos` and its cuBLASLt binding: refused without CUDA; on a GPU, every
 candidate computes the product F.linear does."""
 
 from __future__ import annotations
@@ -7,7 +7,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bench import gemm_algos
+from microbench import gemm_algos
+
+pytestmark = pytest.mark.bench
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
@@ -19,7 +21,7 @@ def test_the_sweep_refuses_a_machine_without_cuda(tmp_path, capsys):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_every_candidate_computes_f_linear_and_a_sweep_reports_them():
-    from bench.cublaslt import CublasLt, LtGemm
+    from microbench.cublaslt import CublasLt, LtGemm
 
     dev = torch.device("cuda")
     lt = CublasLt(dev)

@@ -1,6 +1,6 @@
 """The small-step Triton attention against FlashInfer's Hopper kernel, call by call (CUDA).
 
-`python -m bench.attention_sweep --out sweep.json`: for packed layouts from a fast-start
+`python -m microbench.attention_sweep --out sweep.json`: for packed layouts from a fast-start
 first chunk (135 rows) to sixty 10 s requests (32k rows, a full step of the 256 mix), one layer's attention call
 (16 q / 8 kv heads of 128, bf16) replayed 28 times from a CUDA graph, FlashInfer against
 the Triton kernel at several tile shapes; microseconds a call and the largest difference
@@ -16,7 +16,7 @@ import json
 
 import torch
 
-from bench.sweeps import cuda_sweep_parser, per_call_us, run_cuda_sweep
+from microbench.sweeps import cuda_sweep_parser, per_call_us, run_cuda_sweep
 
 LAYOUTS = {
     "fast_start_135": [85, 50],
@@ -55,7 +55,7 @@ def sweep(layouts: dict[str, list[int]] = LAYOUTS, configs=CONFIGS, tma_configs=
                      "flashinfer_us": per_call_us(lambda: plan.run(q, k, v, out=o))}
         for prefix, tma, shapes in (("triton", False, configs), ("tma", True, tma_configs)):
             for bm, bn, warps, stages in shapes:
-                tiles = ta._to_device(ta.tile_table(docs, bm), dev)
+                tiles = ta.tile_table(docs, bm).to(dev)
                 kw = dict(block_m=bm, block_n=bn, num_warps=warps, num_stages=stages, tma=tma)
                 got = ta.attend(tiles, q, k, v, scale, **kw)
                 row[f"{prefix}_{bm}_{bn}_w{warps}_s{stages}"] = {
@@ -67,7 +67,7 @@ def sweep(layouts: dict[str, list[int]] = LAYOUTS, configs=CONFIGS, tma_configs=
 
 
 def main(argv=None) -> int:
-    p = cuda_sweep_parser("bench.attention_sweep", __doc__)
+    p = cuda_sweep_parser("microbench.attention_sweep", __doc__)
     p.add_argument("--tma", action="store_true", help="also the kernel on tensor descriptors")
     p.add_argument("--layouts", default=",".join(LAYOUTS), help=f"comma-separated, of {', '.join(LAYOUTS)}")
     args = p.parse_args(argv)

@@ -5,11 +5,11 @@ a lone 10 s line (544, its graph bucket) up to the 256 mix's ~34k. For each it t
 
 - the four projections (`F.linear`) under cuBLAS and under cuBLASLt, as TFLOP/s;
 - the q/k norm + RoPE kernel (`server/engine/qk_norm_rope.py`) at several program shapes
-  (`python -m bench.qk_rope_sweep`'s, from CUDA graphs), each checked bit for bit against the
+  (`python -m microbench.qk_rope_sweep`'s, from CUDA graphs), each checked bit for bit against the
   default shape;
 - FlashInfer's fused add + RMSNorm and SiLU gate, as achieved memory bandwidth.
 
-    python -m bench.kernels --out kernels.json
+    python -m microbench.kernels --out kernels.json
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from bench import qk_rope_sweep
 from bench.forward import cuda_ms
+from microbench import qk_rope_sweep
 
 HIDDEN, Q_HEADS, KV_HEADS, HEAD_DIM, INTER = 1024, 16, 8, 128, 3072
 PROJECTIONS = {  # name: (out features, in features)
@@ -81,18 +81,18 @@ def elementwise(device, tokens: tuple[int, ...], iters: int) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.kernels", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m microbench.kernels", description=__doc__.split("\n\n")[0])
     p.add_argument("--tokens", type=int, nargs="+", default=list(TOKENS))
     p.add_argument("--iters", type=int, default=50)
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
-        print("bench.kernels needs a CUDA device", file=sys.stderr)
+        print("microbench.kernels needs a CUDA device", file=sys.stderr)
         return 2
     device = torch.device("cuda")
     tokens = tuple(args.tokens)
     report = {
-        "meta": {"command": "python -m bench.kernels " + " ".join(argv or sys.argv[1:]),
+        "meta": {"command": "python -m microbench.kernels " + " ".join(argv or sys.argv[1:]),
                  "gpu": torch.cuda.get_device_name(device), "torch": torch.__version__},
         "gemm": gemms(device, tokens, args.iters),
         "qk_norm_rope": qk_rope_sweep.sweep(tokens)["rows"],

@@ -8,14 +8,14 @@ and k heads a program) it reports microseconds a call (28 calls in one graph, as
 28 layers call it), the memory bandwidth that is, and whether its q and k equal the default
 shape's bit for bit.
 
-    python -m bench.qk_rope_sweep --out qk.json
+    python -m microbench.qk_rope_sweep --out qk.json
 """
 
 from __future__ import annotations
 
 import torch
 
-from bench.sweeps import cuda_sweep_parser, run_cuda_sweep, variant_timings
+from microbench.sweeps import cuda_sweep_parser, run_cuda_sweep, variant_timings
 
 Q_HEADS, KV_HEADS, HEAD_DIM = 16, 8, 128
 ROWS = (135, 544, 1605, 4296, 8561, 34256)
@@ -35,7 +35,7 @@ def sweep(rows: tuple[int, ...] = ROWS) -> dict:
 
     device = torch.device("cuda")
     gen = torch.Generator(device="cpu").manual_seed(0)
-    out: dict = {"meta": {"command": "python -m bench.qk_rope_sweep", "gpu": torch.cuda.get_device_name(device)},
+    out: dict = {"meta": {"command": "python -m microbench.qk_rope_sweep", "gpu": torch.cuda.get_device_name(device)},
                  "rows": {}}
     for m in rows:
         qkv = (torch.randn(m, Q_HEADS + 2 * KV_HEADS, HEAD_DIM, generator=gen) * 3).to(device, torch.bfloat16)
@@ -62,8 +62,8 @@ def sweep(rows: tuple[int, ...] = ROWS) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = cuda_sweep_parser("bench.qk_rope_sweep", __doc__).parse_args(argv)
-    return run_cuda_sweep("python -m bench.qk_rope_sweep", sweep, args.out)
+    args = cuda_sweep_parser("microbench.qk_rope_sweep", __doc__).parse_args(argv)
+    return run_cuda_sweep("python -m microbench.qk_rope_sweep", sweep, args.out)
 
 
 if __name__ == "__main__":

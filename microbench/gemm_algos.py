@@ -1,19 +1,19 @@
 """cuBLAS's own choice against every cuBLASLt candidate, per projection and row count (CUDA).
 
-`python -m bench.gemm_algos --out algos.json`: for the full-size model's four projections at
+`python -m microbench.gemm_algos --out algos.json`: for the full-size model's four projections at
 row counts from a fast-start chunk's 128 to the graph limit's 8192 and two eager sizes,
-`F.linear` and each algorithm cuBLASLt's heuristics list (`bench/cublaslt.py`), one call per
+`F.linear` and each algorithm cuBLASLt's heuristics list (`microbench/cublaslt.py`), one call per
 layer's weight (28; 4 above 8192 rows) replayed from a CUDA graph so weights stream from
 memory as in a step; microseconds a call, the fastest candidate's configuration and whether
 it gives F.linear's bits, and what the fastest candidates would save per step (x 28 layers).
-Its result is why the engine keeps `F.linear` (`bench/results/*-gemm-algos.json`).
+Its result is why the engine keeps `F.linear` (`microbench/results/*-gemm-algos.json`).
 """
 
 from __future__ import annotations
 
 import torch
 
-from bench.sweeps import cuda_sweep_parser, run_cuda_sweep
+from microbench.sweeps import cuda_sweep_parser, run_cuda_sweep
 
 HIDDEN, HQ, HKV, D, INTER, LAYERS = 1024, 16, 8, 128, 3072, 28
 PROJECTIONS = {"qkv": ((HQ + 2 * HKV) * D, HIDDEN), "o": (HIDDEN, HQ * D),
@@ -23,7 +23,7 @@ ROWS = (128, 192, 256, 320, 384, 448, 544, 576, 640, 768, 1024, 1280, 1536, 1792
 
 
 def sweep(rows_list=ROWS) -> dict:
-    from bench.cublaslt import CublasLt, tune
+    from microbench.cublaslt import CublasLt, tune
 
     torch.manual_seed(0)
     dev, dtype = torch.device("cuda"), torch.bfloat16
@@ -51,7 +51,7 @@ def sweep(rows_list=ROWS) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = cuda_sweep_parser("bench.gemm_algos", __doc__)
+    p = cuda_sweep_parser("microbench.gemm_algos", __doc__)
     p.add_argument("--rows", type=int, nargs="+", default=list(ROWS))
     args = p.parse_args(argv)
     return run_cuda_sweep(p.prog, lambda: sweep(tuple(args.rows)), args.out)

@@ -1,7 +1,7 @@
 """What a small-step attention call's time is made of: the cost of a program, of each key
 block it walks, and of more programs than the GPU has SMs. (CUDA)
 
-`python -m bench.attention_grid_probe --out probe.json`. The engine's kernel (pointer loads,
+`python -m microbench.attention_grid_probe --out probe.json`. The engine's kernel (pointer loads,
 64-row q tiles, 64-key blocks, 16 q / 8 kv heads of 128, bf16), one layer's call replayed 28
 times from a CUDA graph, on `docs` documents of `64 * blocks` rows each: every program then
 walks exactly `blocks` key blocks, and there are `16 * docs * blocks` programs. Holding the
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from bench.attention_sweep import HKV, HQ, LAYOUTS, D
-from bench.sweeps import per_call_us, run_plain_sweep
+from microbench.attention_sweep import HKV, HQ, LAYOUTS, D
+from microbench.sweeps import per_call_us, run_plain_sweep
 
 BLOCKS = (1, 2, 4, 5, 8)
 DOCS = (1, 2, 4, 8, 16)
@@ -44,7 +44,7 @@ def _time_layout(lens: list[int], dev: torch.device, stages: int | None = None):
     qkv = torch.randn(sum(lens), HQ + 2 * HKV, D, device=dev, dtype=torch.bfloat16)
     q, k, v = qkv[:, :HQ], qkv[:, HQ:HQ + HKV], qkv[:, HQ + HKV:]
     out = torch.empty_like(q)
-    tiles = ta._to_device(ta.tile_table(lens), dev)
+    tiles = ta.tile_table(lens).to(dev)
     us = per_call_us(lambda: ta.attend(tiles, q, k, v, D**-0.5, out, tma=False, num_stages=stages))
     return tiles.shape[0] * HQ, us
 
@@ -72,12 +72,12 @@ def sweep() -> dict:
         summary[f"s{stages}"] = {"fixed_us": round(fixed, 2), "per_block_us": round(per_block, 3),
                                  "time_ratio_twice_the_programs_by_blocks": {
                                      str(b): round(sum(r) / len(r), 2) for b, r in doubled.items() if r}}
-    meta = {"command": "python -m bench.attention_grid_probe", "gpu": torch.cuda.get_device_name()}
+    meta = {"command": "python -m microbench.attention_grid_probe", "gpu": torch.cuda.get_device_name()}
     return {"summary": summary, "meta": meta, "calls_us": calls}
 
 
 def main(argv=None) -> int:
-    return run_plain_sweep("bench.attention_grid_probe", __doc__, sweep, argv)
+    return run_plain_sweep("microbench.attention_grid_probe", __doc__, sweep, argv)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""cuBLASLt through ctypes, for `python -m bench.gemm_algos`: every algorithm the library's
+"""cuBLASLt through ctypes, for `python -m microbench.gemm_algos`: every algorithm the library's
 heuristics list for a projection's shape, timed against `F.linear`'s own choice.
 
 `F.linear` gets one kernel per shape from cuBLAS's heuristics; cuBLASLt lists several (other
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from bench.sweeps import per_call_us
+from microbench.sweeps import per_call_us
 
 log = logging.getLogger(__name__)
 
