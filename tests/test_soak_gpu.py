@@ -1,8 +1,6 @@
 """`python -m bench.soak_gpu`'s parts on a CPU: the calibrate-then-pace soak against a real
 server (the tiny checkpoint, in process), the command line it records, and GPU memory read
 from canned nvidia-smi outputs, per process or, where nvidia-smi cannot see the pids (as in
-
-pytestmark = pytest.mark.bench
 many containers), for the visible devices."""
 
 from __future__ import annotations
@@ -17,6 +15,8 @@ import pytest
 
 import bench.soak_gpu as soak
 from server.loadtest.cli import split_serve_args
+
+pytestmark = pytest.mark.bench
 
 SUMMARY_KEYS = {"minutes", "accepted", "lost", "violations", "rss_growth_pct", "gpu_mem_growth_pct",
                 "gpu_mem_source", "audio_s_per_s", "target_audio_s_per_s", "share_of_calibrated",
