@@ -260,7 +260,10 @@ async def agent(url: str, index: int, seed: int, until: float, options: dict,
         await asyncio.sleep(start_in)
         while time.perf_counter() < until:
             turns.append(await run_turn(ws, f"t{len(turns)}", rng, options, sentences))
-            await asyncio.sleep(rng.uniform(1.0, 3.0))  # the user speaks, the LLM thinks
+            think = rng.uniform(1.0, 3.0)  # the user speaks, the LLM thinks
+            if time.perf_counter() + think >= until:
+                break  # no turn would start in this level: do not wait for nothing
+            await asyncio.sleep(think)
     return turns
 
 
@@ -325,7 +328,7 @@ async def one_mode(url: str, args, options: dict, done: dict | None = None) -> d
              for s in plain_mix(args.throughput_requests, seed=args.seed, lo=2.0, hi=12.0)]
     out["throughput"] = await ws_bench.throughput(url, specs, connections=min(16, len(specs)))
     out["loaded"] = await ws_bench.loaded(url, out["throughput"]["audio_s_per_s"], load=0.7,
-                                          duration_s=args.loaded_seconds, seed=args.seed)
+                                          duration_s=args.loaded_seconds, seed=args.seed, num_step=args.num_step)
     return out
 
 

@@ -10,6 +10,8 @@ import pytest
 
 from bench.queue_model import StepCost, predict, simulate
 
+pytestmark = pytest.mark.bench
+
 COST = StepCost((500, 1000, 4000), (2.0, 3.0, 9.0))
 
 
@@ -62,7 +64,7 @@ def test_list_options_refuse_nonsense(capsys, option, bads):
 
 
 def test_predict_on_a_committed_bench_result():
-    path = Path(__file__).parents[1] / "bench" / "results" / "2026-12-01-h200-rerun.json"
+    path = Path(__file__).parents[1] / "bench" / "results" / "2026-12-02-h200-bench-0320464.json"
     out = predict(json.loads(path.read_text()), target_ms=250.0, seconds=120, caps=(4, 10**6))
     pred, measured = out["predicted_first_audio_ms"], out["measured_first_audio_ms"]
     assert out["tokens_per_request"] == 537 and out["rate_req_per_s"] > 10
@@ -82,7 +84,7 @@ def test_capacity_is_lines_per_step_over_their_steps():
 
 
 def test_rates_predict_the_same_step_costs_at_other_loads():
-    path = Path(__file__).parents[1] / "bench" / "results" / "2026-12-02-h200-bench-43c2287.json"
+    path = Path(__file__).parents[1] / "bench" / "results" / "2026-12-02-h200-bench-0320464.json"
     result = json.loads(path.read_text())
     own = result["server"]["loaded"]["rate_req_per_s"]
     out = predict(result, seconds=120, caps=(4,), rates=(own * 0.9, own, own * 1.05))
