@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.queue_model import StepCost, predict, simulate
+from microbench.queue_model import StepCost, predict, simulate
 
 pytestmark = pytest.mark.bench
 
@@ -53,7 +53,7 @@ def test_a_cap_on_requests_per_step_queues_the_rest_first_come_first_served():
                  "fast": "not a list of arrival rates: 'fast' (e.g. 18.5,19.7)"}),
 ])
 def test_list_options_refuse_nonsense(capsys, option, bads):
-    from bench.queue_model import main
+    from microbench.queue_model import main
 
     for bad, message in bads.items():
         with pytest.raises(SystemExit) as exc:
@@ -64,7 +64,7 @@ def test_list_options_refuse_nonsense(capsys, option, bads):
 
 
 def test_predict_on_a_committed_bench_result():
-    path = Path(__file__).parents[1] / "bench" / "results" / "2026-12-02-h200-bench-0320464.json"
+    path = Path(__file__).parents[2] / "bench" / "results" / "2026-12-02-h200-bench-0320464.json"
     out = predict(json.loads(path.read_text()), target_ms=250.0, seconds=120, caps=(4, 10**6))
     pred, measured = out["predicted_first_audio_ms"], out["measured_first_audio_ms"]
     assert out["tokens_per_request"] == 537 and out["rate_req_per_s"] > 10
@@ -76,7 +76,7 @@ def test_predict_on_a_committed_bench_result():
 
 
 def test_capacity_is_lines_per_step_over_their_steps():
-    from bench.queue_model import capacity
+    from microbench.queue_model import capacity
 
     assert capacity(COST, 500, 1, num_step=32) == pytest.approx(1 / (32 * 2.0 / 1000))
     assert capacity(COST, 500, 8, num_step=32) == pytest.approx(8 / (32 * 9.0 / 1000))
@@ -84,7 +84,7 @@ def test_capacity_is_lines_per_step_over_their_steps():
 
 
 def test_rates_predict_the_same_step_costs_at_other_loads():
-    path = Path(__file__).parents[1] / "bench" / "results" / "2026-12-02-h200-bench-0320464.json"
+    path = Path(__file__).parents[2] / "bench" / "results" / "2026-12-02-h200-bench-0320464.json"
     result = json.loads(path.read_text())
     own = result["server"]["loaded"]["rate_req_per_s"]
     out = predict(result, seconds=120, caps=(4,), rates=(own * 0.9, own, own * 1.05))

@@ -1,6 +1,6 @@
 """What the loaded p95 would be if a step cost only what the GPU measured: a queueing model.
 
-`python -m bench.queue_model bench/results/<run>.json` takes a `chorus bench` result's own
+`python -m microbench.queue_model bench/results/<run>.json` takes a `chorus bench` result's own
 numbers: the step's cost by packed tokens (the `forward` rows: graphed where a graph ran, else
 eager, plus what a step costs beyond its forward, the sampler and host time not hidden, taken
 from the lone and the 256-mix steps and interpolated by tokens), a 10 s line's tokens,
@@ -157,7 +157,7 @@ _caps = _list_option(int, "request counts", "4,8,16", lambda c: c >= 1, "each ca
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.queue_model", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m microbench.queue_model", description=__doc__.splitlines()[0])
     p.add_argument("result", help="a chorus bench result with forward, engine_single and ws_loaded")
     p.add_argument("--target-ms", type=float, default=250.0)
     p.add_argument("--seconds", type=float, default=600.0, help="simulated seconds of arrivals")
