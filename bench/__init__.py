@@ -1,7 +1,2 @@
-"""GPU benchmarks: `chorus bench` (see bench/README.md)."""
-
-
-def main(argv: list[str] | None = None) -> int:
-    from bench.cli import main as bench_main
-
-    return bench_main(argv)
+"""The benchmark suite: `chorus bench` (`bench.cli`) and the load, agents, soak and pool
+benchmarks (see bench/README.md). Runs from a checkout; not installed with the package."""

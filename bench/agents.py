@@ -53,12 +53,12 @@ from server.loadtest.cli import split_serve_args
 SENTENCE_ENDS = ".!?"
 
 
-def answer(rng: random.Random, sentences_range: tuple[int, int] = (2, 8)) -> str:
-    """An LLM-like answer: 2-8 sentences of 5-16 words."""
+def answer(rng: random.Random, sentences_range: tuple[int, int] = (2, 8), words: tuple[int, int] = (5, 16)) -> str:
+    """An LLM-like answer: 2-8 sentences of 5-16 words (by default)."""
     sentences = []
     for _ in range(rng.randint(*sentences_range)):
-        words = [rng.choice(WORDS) for _ in range(rng.randint(5, 16))]
-        s = " ".join(words)
+        words_ = [rng.choice(WORDS) for _ in range(rng.randint(*words))]
+        s = " ".join(words_)
         sentences.append(s[0].upper() + s[1:] + rng.choice(".....!?"))
     return " ".join(sentences)
 
@@ -122,6 +122,135 @@ async def run_turn(ws, sid: str, rng: random.Random, options: dict, sentences: t
     return turn
 
 
+# ---- voice agents as people run them (the capacity curve's profile) ---------------------------
+
+PIECE_CHARS = 4  # an LLM's token, about
+TOKENS_PER_S = 60.0
+
+
+def voice_agent_answer(rng: random.Random) -> str:
+    """A spoken answer as an LLM writes it: 2-4 sentences of 7-18 words."""
+    return answer(rng, (2, 4), words=(7, 18))
+
+
+def first_sentence_piece(pieces: list[str]) -> int | None:
+    """Index of the piece that completes the first sentence: the one holding the whitespace
+    after its mark (until then the segmenter cannot know the sentence has ended)."""
+    text = ""
+    for i, piece in enumerate(pieces):
+        before = len(text)
+        text += piece
+        for j in range(max(1, before), len(text)):
+            if text[j].isspace() and text[j - 1] in SENTENCE_ENDS:
+                return i
+    return None
+
+
+@dataclass
+class VoiceTurn:
+    """One turn of a voice agent, as its client saw it (perf_counter seconds)."""
+
+    started_at: float = field(default_factory=time.perf_counter)
+    first_sentence_at: float | None = None
+    first_audio_at: float | None = None
+    underruns: list[float] = field(default_factory=list)  # seconds late, each stall of playback
+    audio_seconds: float = 0.0
+    outcome: str | None = None
+
+    @property
+    def first_audio_ms(self) -> float | None:
+        if self.first_audio_at is None or self.first_sentence_at is None:
+            return None
+        return round((self.first_audio_at - self.first_sentence_at) * 1000.0, 2)
+
+
+class PlaybackClock:
+    """Real-time playback from the first frame: a frame is due when playback reaches its
+    `offset_samples`; one that comes later stalls playback by that much (an underrun), and
+    the clock resumes from its arrival."""
+
+    def __init__(self):
+        self.anchor: float | None = None  # perf_counter() when offset 0 plays
+
+    def arrive(self, now: float, offset_samples: int, sample_rate: int) -> float:
+        """Seconds this frame is late (0.0 when on time)."""
+        if self.anchor is None:
+            self.anchor = now
+            return 0.0
+        late = now - (self.anchor + offset_samples / sample_rate)
+        if late <= 0:
+            return 0.0
+        self.anchor += late
+        return late
+
+    def ends_at(self, total_samples: int, sample_rate: int) -> float | None:
+        return None if self.anchor is None else self.anchor + total_samples / sample_rate
+
+
+async def _feed_pieces(ws, sid: str, pieces: list[str], turn: VoiceTurn, options: dict) -> None:
+    await ws.send(json.dumps({"type": "stream_open", "id": sid, "progress": False, "options": options}))
+    first = first_sentence_piece(pieces)
+    t0 = time.perf_counter()
+    for i, piece in enumerate(pieces):
+        await ws.send(json.dumps({"type": "stream_append", "id": sid, "text": piece}))
+        if i == first:
+            turn.first_sentence_at = time.perf_counter()
+        await asyncio.sleep(max(0.0, t0 + (i + 1) / TOKENS_PER_S - time.perf_counter()))
+    if turn.first_sentence_at is None:  # no whitespace after the last mark: the close completes it
+        turn.first_sentence_at = time.perf_counter()
+    await ws.send(json.dumps({"type": "stream_close", "id": sid}))
+
+
+async def voice_agent_turn(ws, sid: str, rng: random.Random, options: dict) -> VoiceTurn:
+    """One answer streamed in as an LLM writes it and played back in real time."""
+    text = voice_agent_answer(rng)
+    pieces = [text[i:i + PIECE_CHARS] for i in range(0, len(text), PIECE_CHARS)]
+    turn = VoiceTurn()
+    clock = PlaybackClock()
+    total = rate = 0
+    feeder = asyncio.create_task(_feed_pieces(ws, sid, pieces, turn, options))
+    try:
+        while True:
+            frame = await ws.recv()
+            now = time.perf_counter()
+            if isinstance(frame, bytes):
+                (n,) = struct.unpack(">I", frame[:4])
+                header = json.loads(frame[4 : 4 + n])
+                rate = header["sample_rate"]
+                if turn.first_audio_at is None:
+                    turn.first_audio_at = now
+                late = clock.arrive(now, header["offset_samples"], rate)
+                if late > 0:
+                    turn.underruns.append(round(late, 4))
+                total = max(total, header["offset_samples"] + header["samples"])
+                continue
+            msg = json.loads(frame)
+            if msg.get("id") == sid and msg["type"] in ("done", "cancelled", "error"):
+                turn.outcome = msg["type"] if msg["type"] != "error" else f"error:{msg['code']}"
+                break
+    finally:
+        await feeder
+    turn.audio_seconds = total / rate if rate else 0.0
+    end = clock.ends_at(total, rate) if rate else None
+    if end is not None:
+        await asyncio.sleep(max(0.0, end - time.perf_counter()))  # listen to the end
+    return turn
+
+
+async def voice_agent_loop(url: str, index: int, seed: int, until: float, options: dict,
+                           start_in: float = 0.0) -> list[VoiceTurn]:
+    """One voice agent: turn after turn on one socket until `until`, a 0.5-1.5 s pause after each."""
+    rng = random.Random(seed * 100003 + index)
+    turns: list[VoiceTurn] = []
+    async with websockets.connect(url, max_size=None) as ws:
+        await ws.recv()  # ready
+        await asyncio.sleep(start_in)
+        while time.perf_counter() < until:
+            turns.append(await voice_agent_turn(ws, f"t{len(turns)}", rng, options))
+            await asyncio.sleep(rng.uniform(0.5, 1.5))  # the user answers
+    return turns
+
+
 async def agent(url: str, index: int, seed: int, until: float, options: dict,
                 sentences: tuple[int, int], start_in: float = 0.0) -> list[Turn]:
     rng = random.Random(seed * 100003 + index)
@@ -131,7 +260,10 @@ async def agent(url: str, index: int, seed: int, until: float, options: dict,
         await asyncio.sleep(start_in)
         while time.perf_counter() < until:
             turns.append(await run_turn(ws, f"t{len(turns)}", rng, options, sentences))
-            await asyncio.sleep(rng.uniform(1.0, 3.0))  # the user speaks, the LLM thinks
+            think = rng.uniform(1.0, 3.0)  # the user speaks, the LLM thinks
+            if time.perf_counter() + think >= until:
+                break  # no turn would start in this level: do not wait for nothing
+            await asyncio.sleep(think)
     return turns
 
 
@@ -196,7 +328,7 @@ async def one_mode(url: str, args, options: dict, done: dict | None = None) -> d
              for s in plain_mix(args.throughput_requests, seed=args.seed, lo=2.0, hi=12.0)]
     out["throughput"] = await ws_bench.throughput(url, specs, connections=min(16, len(specs)))
     out["loaded"] = await ws_bench.loaded(url, out["throughput"]["audio_s_per_s"], load=0.7,
-                                          duration_s=args.loaded_seconds, seed=args.seed)
+                                          duration_s=args.loaded_seconds, seed=args.seed, num_step=args.num_step)
     return out
 
 

@@ -22,6 +22,7 @@ from bench.mixes import (
     plain_mix,
     poisson_arrivals,
 )
+from bench.parity import captured_tokens
 
 log = logging.getLogger("chorus.bench")
 
@@ -352,8 +353,6 @@ def reference_mix(model, specs: list[RequestSpec], batch: int = 16) -> dict:
 
 def reference_tokens(model, specs: list[RequestSpec], **kwargs) -> dict[str, np.ndarray]:
     """Token canvases of the reference's batched generate() (captured before decoding)."""
-    from bench.reference_capture import captured_tokens
-
     with captured_tokens(model) as captured:
         model.generate([s.text for s in specs], duration=[s.seconds for s in specs], **kwargs)
     return {s.request_id: t.cpu().numpy() for s, t in zip(specs, captured)}

@@ -4,13 +4,16 @@ The reference runs as `_generate_iterative` runs it: a dense batch of 2B rows (c
 canvases, then unconditional target-only ones), right-padded, a boolean attention mask
 per row (pad rows see only themselves), `OmniVoice.forward` over every position. Its logits
 at the target positions are gathered into the packed canvas's `tgt_index` order, so the
-two results compare row for row.
+two results compare row for row. `captured_tokens` catches the reference `generate()`'s
+token canvases just before it decodes them, for token-level parity.
 """
 
 from __future__ import annotations
 
 import math
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 
@@ -101,3 +104,21 @@ def parity_canvas(model, seed: int, device, n_items: int = 6) -> PackedCanvas:
         frames = rng.randint(20, 300)
         specs.append((max(2, math.ceil(frames / 10)), frames, 0.0 if i == 1 else 2.0))
     return build_packed_canvas(random_items(model, specs, seed, device), device)
+
+
+@contextmanager
+def captured_tokens(model) -> Iterator[list]:
+    """Within the block, every `_decode_and_post_process` call's tokens (a (C, T) tensor,
+    or a list of chunk tensors for long text) are appended to the yielded list."""
+    captured: list = []
+    original = model._decode_and_post_process
+
+    def capture(tokens, rms, gen_config):
+        captured.append(tokens)
+        return original(tokens, rms, gen_config)
+
+    model._decode_and_post_process = capture
+    try:
+        yield captured
+    finally:
+        del model._decode_and_post_process

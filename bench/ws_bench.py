@@ -189,15 +189,17 @@ async def throughput(url: str, specs: list[RequestSpec], connections: int = 16) 
 
 async def loaded(url: str, max_audio_s_per_s: float, load: float = 0.7, duration_s: float = 60.0,
                  seconds: float = 10.0, connections: int = 16, seed: int = 0,
-                 graph_max_tokens: int = GRAPH_MAX_TOKENS) -> dict:
-    """Poisson arrivals of 10 s lines at `load` x the measured throughput, spread over sockets."""
+                 graph_max_tokens: int = GRAPH_MAX_TOKENS, num_step: int = 32) -> dict:
+    """Poisson arrivals of 10 s lines at `load` x the measured throughput, spread over sockets
+    (`num_step`: the steps that throughput was measured at)."""
     rate = load * max_audio_s_per_s / seconds
     arrivals = poisson_arrivals(rate, duration_s, seed)
     rng = random.Random(seed + 11)
-    specs = [RequestSpec(f"load{i:05d}", make_text(rng, seconds), seconds) for i in range(len(arrivals))]
+    specs = [RequestSpec(f"load{i:05d}", make_text(rng, seconds), seconds, num_step=num_step)
+             for i in range(len(arrivals))]
     clients = [await Client.connect(url) for _ in range(connections)]
     try:
-        async with StepWatch(_http_base(url), graph_max_tokens=graph_max_tokens) as steps:
+        async with StepWatch(http_base(url), graph_max_tokens=graph_max_tokens) as steps:
             t0 = time.perf_counter()
             waits = []
             for i, (at, spec) in enumerate(zip(arrivals, specs)):
@@ -221,7 +223,7 @@ async def loaded(url: str, max_audio_s_per_s: float, load: float = 0.7, duration
             "server_steps": steps.result()}
 
 
-def _http_base(ws_url: str) -> str:
+def http_base(ws_url: str) -> str:
     """ws://host:port/v1/stream -> http://host:port (wss -> https)."""
     base = ws_url.split("/v1/", 1)[0]
     return base.replace("wss://", "https://", 1).replace("ws://", "http://", 1)

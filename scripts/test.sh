@@ -19,6 +19,9 @@ fi
 # Here a missing browser or database is a failure, not a reason to skip their tests.
 export CHORUS_E2E_REQUIRE_BROWSER=1 CHORUS_REQUIRE_POSTGRES=1
 # tests/ on two workers (pytest-xdist: much of it waits on servers and sockets); then the
-# browser tests in one process (Playwright's sync API keeps an event loop running in it).
+# benchmark suite's tests (marker `bench`, left out of a plain `pytest`) with the kernel
+# micro-benchmarks' own; then the browser tests in one process (Playwright's sync API keeps an
+# event loop running in it).
 .venv/bin/python -m pytest -q -n 2 tests "$@"
+.venv/bin/python -m pytest -q -n 2 -m bench tests microbench/tests "$@"
 exec .venv/bin/python -m pytest -q e2e "$@"

@@ -95,7 +95,7 @@ class Collector:
 
 def reference_generate(model, text: str, **kwargs) -> tuple[list[np.ndarray], np.ndarray]:
     """Run the reference `generate()` alone; return its token chunks and its audio."""
-    from bench.reference_capture import captured_tokens
+    from bench.parity import captured_tokens
 
     with captured_tokens(model) as captured:
         audio = model.generate(text, **kwargs)[0]

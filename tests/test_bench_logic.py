@@ -17,6 +17,8 @@ from bench.mixes import (
     poisson_arrivals,
 )
 
+pytestmark = pytest.mark.bench
+
 
 def test_plain_mix_is_seeded_and_in_range():
     a, b = plain_mix(256, seed=0), plain_mix(256, seed=0)
@@ -102,48 +104,6 @@ def test_chorus_bench_cli_help_and_cpu_refusal():
         assert run.returncode == 2 and "CUDA" in run.stderr
 
 
-@pytest.mark.parametrize("command", [["bench.attention_sweep"], ["bench.epilogue_sweep"], ["bench.small_gemm_sweep"],
-                                     ["bench.tma_sweep"], ["bench.split_k_sweep"], ["bench.split_kv_sweep"],
-                                     ["bench.row_split_sweep"], ["bench.attention_grid_probe"], ["bench.sampler_sweep"],
-                                     ["bench.normed_attention_sweep"],
-                                     ["bench.attention_ab", "--checkpoint", "nowhere"],
-                                     ["bench.lanes", "--checkpoint", "nowhere"],
-                                     ["bench.gc_pauses", "--checkpoint", "nowhere"],
-                                     ["bench.bucket_sweep", "--checkpoint", "nowhere"]])
-def test_cuda_sweeps_refuse_a_machine_without_cuda(command):
-    import torch
-
-    if torch.cuda.is_available():
-        pytest.skip("a GPU is here: the sweep would run")
-    run = subprocess.run([sys.executable, "-m", *command], capture_output=True, text=True, timeout=120)
-    assert run.returncode == 2 and "CUDA" in run.stderr
-
-
-def test_split_kv_table_covers_each_document_s_keys_once_per_tile():
-    from itertools import pairwise
-
-    from bench.split_kv_sweep import split_table
-
-    docs = [287, 250, 1, 64, 65]
-    table, slots, most = split_table(docs, block_m=64, block_n=64, max_blocks=2)
-    rows = table.tolist()
-    assert (slots, most) == (5 + 4, 3)  # the 287 doc's 5 tiles and the 250 doc's 4 split, in 3 and 2 parts
-    starts = [0, 287, 537, 538, 602]
-    for start, n in zip(starts, docs):
-        tiles = sorted({r[0] for r in rows if r[1] == start + n})
-        assert tiles == list(range(start, start + n, 64))
-        for q in tiles:
-            parts = [r for r in rows if r[0] == q and r[1] == start + n]
-            spans = sorted((r[2], r[3]) for r in parts)
-            assert spans[0][0] == start and spans[-1][1] == start + n
-            assert all(a[1] == b[0] for a, b in pairwise(spans))  # contiguous, no overlap
-            assert all(hi - lo <= 2 * 64 for lo, hi in spans)
-            assert {r[6] for r in parts} == {len(parts)} and sorted(r[5] for r in parts) == list(range(len(parts)))
-            assert len({r[4] for r in parts}) == 1 and (parts[0][4] == -1) == (len(parts) == 1)
-    unsplit, slots, most = split_table(docs, 64, 64, max_blocks=0)
-    assert (slots, most) == (0, 1) and all(r[4] == -1 and r[6] == 1 for r in unsplit.tolist())
-
-
 def test_bench_graph_limit_must_be_a_histogram_bucket(capsys):
     from bench.cli import build_parser
 
@@ -193,28 +153,3 @@ def test_a_request_profiles_kernels_are_tabled_per_run_by_kind():
                                                          "sm80_xmma_fprop_implicit_gemm_tf32f32"]
     assert table["top_kernels"][0] == {"us": round(1700 / 3, 1), "calls": 32.0, "us_per_call": round(1700 / 96, 2),
                                        "name": "_cfg_scores_kernel"}
-
-
-def test_a_sweep_row_times_each_variant_and_checks_it_against_the_default():
-    """`variant_timings`, with a stand-in for the CUDA-graph timer: each label's time and bit
-    equality, and the fastest label as `best`."""
-    from bench.sweeps import variant_timings
-
-    calls = []
-
-    def timer(fn):
-        fn()
-        return {1: 3.0, 2: 1.5, 4: 2.0}[calls[-1]]
-
-    row = variant_timings({"w1": 1, "w2": 2, "w4": 4}, calls.append, lambda warps: warps != 2, timer=timer)
-    assert row == {"w1": {"us": 3.0, "bitwise_equal_to_default": True},
-                   "w2": {"us": 1.5, "bitwise_equal_to_default": False},
-                   "w4": {"us": 2.0, "bitwise_equal_to_default": True}, "best": "w2"}
-    assert calls == [1, 2, 4]
-
-
-def test_attention_grid_probe_fits_a_program_s_fixed_and_per_block_cost():
-    from bench.attention_grid_probe import fit_line
-
-    fixed, per_block = fit_line([(1, 4.0), (2, 4.9), (4, 6.7), (8, 10.3)])
-    assert fixed == pytest.approx(3.1, abs=1e-9) and per_block == pytest.approx(0.9, abs=1e-9)

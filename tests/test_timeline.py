@@ -8,6 +8,8 @@ import pytest
 from bench import timeline
 from tests.engine_helpers import Collector
 
+pytestmark = pytest.mark.bench
+
 
 @pytest.fixture(scope="module")
 def result(engine):

@@ -81,64 +81,6 @@ def test_graph_planner_refuses_another_shape():
         planner.plan([5, 6])
 
 
-NORMED_SCRIPT = textwrap.dedent("""
-    import torch
-    from bench import normed_attention as na
-    from server.engine.kernels import qk_norm_rope as qr
-    from server.engine.kernels.attention import triton_backend as ta
-    from server.engine.kernels.attention.torch_backend import TorchAttention
-
-    torch.manual_seed(0)
-    hq, hkv, d, eps, theta = 4, 2, 32, 1e-6, 1e6
-    scale = d ** -0.5
-    ref = TorchAttention(scale)
-    for docs in ([1], [5], [70, 3, 1, 64], [130, 1, 1]):
-        seq = sum(docs)
-        qkv = torch.randn(seq, hq + 2 * hkv, d) * 2
-        norms = 1 + 0.1 * torch.randn(2, d)
-        pos = torch.cat([torch.arange(n) for n in docs])
-        # what the two-kernel path computes: the q/k pass, then attention over its output
-        q, k = qr.qk_norm_rope(qkv, norms, pos, hq, hkv, eps, theta)
-        two_pass = ta.attend(ta.tile_table(docs), q, k, qkv[:, hq + hkv:], scale)
-        rq, rk = qr.reference(qkv, norms, pos, hq, hkv, eps, theta)
-        want = ref.attend(ref.plan(docs), rq, rk, qkv[:, hq + hkv:])
-        assert float((two_pass - want).abs().max()) < 1e-4
-        # every program shape: one q head or both of a kv head's, 32 or 64 rows, key blocks of 32 or 64
-        for heads, bm, bn in ((1, 64, 64), (2, 64, 64), (2, 32, 64), (1, 32, 32), (2, 64, 32)):
-            got = na.attend_normed(ta.tile_table(docs, bm), qkv, norms, pos, hq, hkv, eps, theta, scale,
-                                   block_m=bm, block_n=bn, heads=heads, num_stages=1)
-            assert float((got - two_pass).abs().max()) < 1e-5, (docs, heads, bm, bn)
-    assert na.check("cpu", torch.float32, hq, hkv, d, eps, theta) < 1e-5
-    print("ok")
-""")
-
-
-@pytest.mark.skipif(tuple(int(x) for x in __import__("triton").__version__.split(".")[:2]) < (3, 7),
-                    reason="Triton 3.6's interpreter cannot take a loaded scalar as a loop bound")
-def test_normalising_experiment_equals_the_two_pass_path_in_the_interpreter():
-    run_in_triton_interpreter(NORMED_SCRIPT)
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_normalising_kernel_on_the_gpu_agrees_with_the_two_pass_path():
-    from bench import normed_attention as na
-    from server.engine.kernels import qk_norm_rope as qr
-    assert na.check("cuda", torch.bfloat16, 16, 8, 128, 1e-6, 1e6) < 1e-2
-    torch.manual_seed(0)
-    docs = [287, 250, 1, 1, 5]
-    qkv = (torch.randn(sum(docs), 32, 128) * 3).to("cuda", torch.bfloat16)
-    norms = (1 + 0.1 * torch.randn(2, 128)).to("cuda", torch.bfloat16)
-    pos = torch.cat([torch.arange(n) for n in docs]).cuda()
-    tiles = ta._to_device(ta.tile_table(docs), torch.device("cuda"))
-    q, k = qr.qk_norm_rope(qkv, norms, pos, 16, 8, 1e-6, 1e6)
-    two_pass = ta.attend(tiles, q, k, qkv[:, 24:], 128**-0.5).float()
-    for heads, bm in ((1, 64), (2, 64), (2, 32)):
-        got = na.attend_normed(ta._to_device(ta.tile_table(docs, bm), torch.device("cuda")), qkv, norms, pos,
-                               16, 8, 1e-6, 1e6, 128**-0.5, block_m=bm, heads=heads).float()
-        # the same rounded q and k; only the order of float32 sums differs
-        assert float((got - two_pass).norm() / two_pass.norm()) < 2e-3, (heads, bm)
-
-
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_tma_and_pointer_loads_agree_on_the_gpu():
     """On Hopper the kernel loads through tensor descriptors; it must give what the pointer

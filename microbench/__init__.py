@@ -1,0 +1,1 @@
+"""Kernel micro-benchmarks for engine kernel work (see microbench/README.md); not part of the product."""
