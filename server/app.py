@@ -20,10 +20,10 @@ from litestar import Litestar, Router
 from litestar.config.cors import CORSConfig
 from litestar.datastructures import State
 from litestar.di import Provide
-from litestar.exceptions import HTTPException
+from litestar.exceptions import HTTPException, NotFoundException
 
 from server.api import ops, speech, stream, voices
-from server.api.auth import require_api_key, require_known_host
+from server.api.auth import require_api_key, require_known_host, unknown_route_handler
 from server.api.errors import (
     ApiError,
     api_error_handler,
@@ -117,6 +117,7 @@ def create_app(cfg: ServerConfig, engine: Engine | None = None, owns_engine: boo
         },
         exception_handlers={
             ApiError: api_error_handler,
+            NotFoundException: unknown_route_handler,
             HTTPException: http_exception_handler,
             BodyBudgetExceeded: lambda _, exc: error_response("busy", str(exc), 503),
             Exception: internal_error_handler,

@@ -28,7 +28,7 @@ ERROR_CODES = (
     "bad_message", "invalid_request", "duplicate_id", "voice_not_found", "text_too_long",
     "too_many_requests", "busy", "unauthorized", "internal", "stream_idle", "stream_too_long",
 )
-ID_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
+ID_PATTERN = r"^[A-Za-z0-9_.-]{1,64}\Z"
 
 Encoding = Literal["pcm_s16le", "f32le", "mulaw", "alaw", "opus"]
 ErrorCode = Literal[
