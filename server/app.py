@@ -68,6 +68,7 @@ def create_app(cfg: ServerConfig, engine: Engine | None = None, owns_engine: boo
         app.state.service = SynthesisService(
             running, store, Metrics(), max_queue=cfg.max_queue, asr_available=bool(cfg.asr_model),
             audio_limits=AudioLimits(max_bytes=cfg.max_reference_bytes, max_seconds=cfg.max_reference_seconds),
+            max_references_bytes=cfg.max_references_bytes,
         )
         app.state.service.builtins.model_key = await asyncio.to_thread(model_key, cfg.model, running.model_name)
         app.state.ready = True

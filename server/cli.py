@@ -134,18 +134,24 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-queue", type=_positive_int, default=256,
                        help="requests accepted and not finished, all clients together; more get busy")
     serve.add_argument("--max-audio-seconds", type=_positive_float, default=1800.0,
-                       help="audio one request may produce, from its plan; more is refused up front "
-                            "(default 1800)")
+                       help="audio one request (or one text stream, all its segments together) may produce, "
+                            "from its plan; more is refused up front (default 1800)")
     serve.add_argument("--max-audio-seconds-inflight", type=_positive_float, default=14400.0,
                        help="audio all accepted requests together may produce (it is held in memory until "
                             "sent); a request over it gets busy (default 14400)")
     serve.add_argument("--max-text-chars", type=_positive_int, default=5000, help="longest text one request may have")
+    serve.add_argument("--max-instructions-chars", type=_positive_int, default=4096,
+                       help="longest `instructions` of /v1/audio/speech (free text mapped to voice-design items); "
+                            "longer is refused before it is read (default 4096)")
     serve.add_argument("--max-inflight", type=_positive_int, default=16,
                        help="requests one WebSocket connection may have in flight")
     serve.add_argument("--max-frame-bytes", type=_size, default="16M",
                        help="largest WebSocket frame; a larger one closes the socket with 1009 (default 16M)")
     serve.add_argument("--max-reference-bytes", type=_size, default="16M",
                        help="largest reference audio file, uploaded or base64 (default 16M)")
+    serve.add_argument("--max-references-bytes", type=_size, default="64M",
+                       help="one-shot reference audio (base64, as sent) held at once while it is decoded and "
+                            "encoded, all requests together; beyond, busy before it is decoded (default 64M)")
     serve.add_argument("--max-reference-seconds", type=_positive_float, default=60.0,
                        help="longest reference audio clip (default 60)")
     serve.add_argument("--max-voices", type=_positive_int, default=1000,
@@ -247,16 +253,18 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     cfg.asr_model = args.asr_model
     cfg.max_queue = args.max_queue
     cfg.max_text_chars = args.max_text_chars
+    cfg.max_instructions_chars = args.max_instructions_chars
     cfg.max_inflight_per_connection = args.max_inflight
     cfg.max_frame_bytes = args.max_frame_bytes
     cfg.max_reference_bytes = args.max_reference_bytes
     cfg.max_reference_seconds = args.max_reference_seconds
+    cfg.max_references_bytes = args.max_references_bytes
     cfg.max_voices = args.max_voices
     cfg.max_voices_bytes = args.max_voices_bytes
     cfg.idle_timeout = args.idle_timeout
     cfg.drain_seconds = args.drain_seconds
     cfg.stream = StreamLimits(args.stream_idle_seconds, args.stream_max_buffered_chars, args.stream_max_segments,
-                              args.stream_max_seconds)
+                              args.stream_max_seconds, args.max_audio_seconds)
     cfg.max_connections = args.max_connections
     cfg.header_timeout, cfg.body_timeout, cfg.send_timeout = args.header_timeout, args.body_timeout, args.send_timeout
     cfg.max_bodies_bytes = args.max_bodies_bytes

@@ -46,6 +46,8 @@ class StreamLimits:
     max_buffered_chars: int = 5000  # text received and not yet sent to the engine: stream_too_long
     max_segments_inflight: int = 4  # segments synthesising at once; later ones wait (buffered)
     max_seconds: float = 900.0  # from stream_open to done: stream_too_long
+    # audio the stream's segments together may plan (--max-audio-seconds): stream_too_long
+    max_audio_seconds: float | None = 1800.0
 
 
 @dataclass
@@ -60,10 +62,12 @@ class ServerConfig:
     # ---- limits (defaults documented in README.md and docs/protocol.md "Limits") ----
     max_queue: int = 256  # accepted requests not yet ended, server-wide; beyond: busy / 503
     max_text_chars: int = 5000
+    max_instructions_chars: int = 4096  # `instructions` of /v1/audio/speech (free text, mapped to items)
     max_inflight_per_connection: int = 16
     max_frame_bytes: int = 16 * 1024 * 1024  # one WebSocket frame; over it: close 1009
     max_reference_bytes: int = 16 * 1024 * 1024  # one reference audio file (upload or base64)
     max_reference_seconds: float = 60.0
+    max_references_bytes: int = 64 * 1024 * 1024  # one-shot references (base64) being prepared, server-wide
     max_voices: int = 1000  # voices in the library
     max_voices_bytes: int = 256 * 1024 * 1024  # stored voice data, all voices together
     idle_timeout: float = 300.0  # s without a frame or a request in flight: close (0: never)

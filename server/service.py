@@ -34,6 +34,7 @@ from server.engine.types import (
     VoicePrompt,
 )
 from server.metrics import Metrics
+from server.reference_budget import ReferenceBudget
 from server.voices import LibraryFull, VoiceInfo, VoiceLibrary
 
 log = logging.getLogger("chorus.service")
@@ -106,7 +107,8 @@ class _Job:
 
 class SynthesisService:
     def __init__(self, engine: Engine, voices: VoiceLibrary, metrics: Metrics, *,
-                 max_queue: int, asr_available: bool = False, audio_limits: AudioLimits = AudioLimits()):
+                 max_queue: int, asr_available: bool = False, audio_limits: AudioLimits = AudioLimits(),
+                 max_references_bytes: int | None = None):
         self.engine = engine
         self.voices = voices
         self.metrics = metrics
@@ -118,6 +120,7 @@ class SynthesisService:
         self._idle = asyncio.Event()
         self._idle.set()
         self._voice_cache: OrderedDict[str, VoicePrompt] = OrderedDict()
+        self.references = ReferenceBudget(max_references_bytes)
         self.builtins = BuiltinVoices(self)
 
     @property
@@ -237,12 +240,20 @@ class SynthesisService:
             return None
         if self.draining:
             raise ServiceError("busy", SHUTTING_DOWN)
+        size = len(reference_audio)
+        if not self.references.take(size):  # before it is decoded; given back once encoded (or failed)
+            raise ServiceError("busy", f"reference.audio: the server holds {self.references.held} bytes of "
+                               f"reference audio for requests being prepared; this one adds {size}, over its "
+                               f"limit of {self.references.max_bytes} (--max-references-bytes): try again later")
         try:
-            audio = await decode_in_thread(decode_base64_audio, reference_audio, "reference.audio",
-                                           self.audio_limits, what="reference.audio", limits=self.audio_limits)
-        except AudioError as exc:
-            raise ServiceError("invalid_request", str(exc), "reference.audio") from None
-        return await self.encode_voice(audio, reference_text, prefix="reference.")
+            try:
+                audio = await decode_in_thread(decode_base64_audio, reference_audio, "reference.audio",
+                                               self.audio_limits, what="reference.audio", limits=self.audio_limits)
+            except AudioError as exc:
+                raise ServiceError("invalid_request", str(exc), "reference.audio") from None
+            return await self.encode_voice(audio, reference_text, prefix="reference.")
+        finally:
+            self.references.give(size)
 
     async def named_voice(self, name: str) -> VoicePrompt:
         """A voice by what a client calls it: a built-in name (OpenAI's: alloy...), a library

@@ -155,7 +155,7 @@ class Connection:
 
     def _handle(self, text: str) -> None:
         try:
-            message = p.parse_client_message(text)
+            message = p.parse_client_message(text, self.cfg.max_text_chars)
         except p.ProtocolError as exc:
             self._refuse(exc.request_id, exc.code, exc.message, exc.field)
             return
@@ -188,10 +188,7 @@ class Connection:
                          f"not read (limit {self.cfg.max_outbox_bytes}); read them first")
         elif isinstance(msg, p.StreamOpen):
             self.streams.start(msg)
-        elif len(msg.text) > self.cfg.max_text_chars:
-            self._refuse(msg.id, "text_too_long",
-                         f"text: {len(msg.text)} characters, over the limit of {self.cfg.max_text_chars}", "text")
-        else:
+        else:  # (its text's length was checked as the frame was read)
             req = _Request(msg.id, f"{self.prefix}/{msg.id}", msg.encoding, msg.progress, received_at=self.frame_at,
                            sample_rate=msg.sample_rate)
             self.requests[msg.id] = req

@@ -88,6 +88,7 @@ class StreamSession:
         self.segments: list[_Segment] = []
         self.head = 0  # the segment whose audio is being sent
         self.running = 0  # segments submitted and not finished
+        self.planned_s = 0.0  # audio the submitted segments plan, together (the engine's estimate)
         self.offset = 0  # samples sent so far
         self.frames = 0
         self.out_rate = service.sample_rate  # of the audio sent (the encoder's output rate)
@@ -132,8 +133,9 @@ class StreamSession:
         if self._refuse_after_close("stream_append"):
             return
         self._rearm_idle()
+        if self._over_buffer(len(text)):  # before the segmenter reads any of it
+            return
         self.pending.extend(self.segmenter.feed(text))
-        self._check_buffer()
         self._pump()
 
     def flush(self) -> None:
@@ -182,6 +184,9 @@ class StreamSession:
             self._end(p.ErrorMsg(self.id, exc.code, f"segment {index}: {exc.message}"))
             return
         seg.planned_s = sum(accepted.target_seconds)
+        if self._over_audio_cap(seg, seg.planned_s):
+            return
+        self.planned_s += seg.planned_s
         self.segments.append(seg)
         self.running += 1
 
@@ -198,13 +203,29 @@ class StreamSession:
             self.voice = VoicePrompt(tokens=event.tokens, text=self.segments[0].text, rms=None)
             self._pump()
 
-    def _check_buffer(self) -> None:
-        buffered = self.segmenter.buffered + sum(len(t) for t in self.pending)
+    def _over_buffer(self, arriving: int) -> bool:
+        """Would `arriving` more characters take the text waiting over its limit? Then end."""
+        buffered = self.segmenter.buffered + sum(len(t) for t in self.pending) + arriving
         if buffered > self.limits.max_buffered_chars:
             self._end(p.ErrorMsg(self.id, "stream_too_long",
                                  f"text: {buffered} characters waiting to be spoken, over the limit of "
                                  f"{self.limits.max_buffered_chars}; send text no faster than it is spoken",
                                  "text"))
+        return buffered > self.limits.max_buffered_chars
+
+    def _over_audio_cap(self, seg: _Segment, planned: float) -> bool:
+        """Would this segment take the stream's planned audio over `--max-audio-seconds`
+        (one cap for a stream as for a request)? Then cancel it and end the stream."""
+        cap = self.limits.max_audio_seconds
+        total = self.planned_s + planned
+        if cap is None or total <= cap:
+            return False
+        self.service.cancel(seg.request_id)
+        self._end(p.ErrorMsg(self.id, "stream_too_long",
+                             f"segment {seg.index}: the stream's audio would reach {total:.0f} s, over this "
+                             f"server's limit of {cap:g} s for one stream (shorten the text, or raise speed "
+                             "or lower duration)"))
+        return True
 
     # ---- audio out ----------------------------------------------------------------------
 
