@@ -174,6 +174,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-connections", type=_positive_int, default=None,
                        help="open HTTP and WebSocket connections; more are answered 503 and closed (default 4096, "
                             "and always at most the file descriptor limit less an eighth, at least 64)")
+    serve.add_argument("--max-connections-per-client", type=_positive_int, default=None,
+                       help="open connections one client address may hold; more get 503 busy (default: a quarter "
+                            "of --max-connections; behind a proxy every client has its address: raise it). "
+                            "Health requests are still answered past either cap")
     serve.add_argument("--header-timeout", type=_positive_float, default=10.0,
                        help="seconds a request's headers may take to arrive, from its first byte or the connect; "
                             "then 408 and close (default 10)")
@@ -184,7 +188,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="seconds a client may take none of what the server sends (audio, or a close) before "
                             "its connection is dropped and its requests cancelled (default 30)")
     serve.add_argument("--max-bodies-bytes", type=_size, default="128M",
-                       help="HTTP request bodies held at once, all requests together; beyond, 503 busy (default 128M)")
+                       help="HTTP request bodies held at once, all requests together, counted as their bytes "
+                            "arrive; beyond, 503 busy (default 128M)")
+    serve.add_argument("--max-bodies-bytes-per-client", type=_size, default=None,
+                       help="HTTP request bodies one client address may hold at once; beyond, 503 busy (default: "
+                            "a quarter of --max-bodies-bytes, at least one largest body)")
     serve.add_argument("--max-outbox-bytes", type=_size, default="32M",
                        help="frames queued for one WebSocket and not yet sent; beyond, new requests on it get busy "
                             "and past --send-timeout it is closed (1008) (default 32M)")
@@ -266,8 +274,10 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     cfg.stream = StreamLimits(args.stream_idle_seconds, args.stream_max_buffered_chars, args.stream_max_segments,
                               args.stream_max_seconds, args.max_audio_seconds)
     cfg.max_connections = args.max_connections
+    cfg.max_connections_per_client = args.max_connections_per_client
     cfg.header_timeout, cfg.body_timeout, cfg.send_timeout = args.header_timeout, args.body_timeout, args.send_timeout
     cfg.max_bodies_bytes = args.max_bodies_bytes
+    cfg.max_bodies_bytes_per_client = args.max_bodies_bytes_per_client
     cfg.max_outbox_bytes = args.max_outbox_bytes
     if args.allowed_origins is not None:
         cfg.allowed_origins = parse_origins(args.allowed_origins)

@@ -75,10 +75,12 @@ class ServerConfig:
     stream: StreamLimits = field(default_factory=StreamLimits)
     # ---- connections (server.net) ----
     max_connections: int | None = None  # open sockets; None: 4096, always below the fd limit
+    max_connections_per_client: int | None = None  # one peer address; None: a quarter of max_connections
     header_timeout: float = 10.0  # s for a request's headers to arrive; beyond: 408 and close
     body_timeout: float = 60.0  # s for a request's body to arrive after its headers
     send_timeout: float = 30.0  # s a peer may take none of what is sent (also closing): then dropped
     max_bodies_bytes: int = 128 * 1024 * 1024  # request bodies held at once, server-wide; beyond: 503
+    max_bodies_bytes_per_client: int | None = None  # one peer address; None: a quarter of the above
     max_outbox_bytes: int = 32 * 1024 * 1024  # frames queued for one WebSocket not yet sent
     # ---- access ----
     # WebSocket and browser Origins allowed besides the server's own; "*" allows any
@@ -106,6 +108,13 @@ class ServerConfig:
     def max_body_bytes(self) -> int:
         """An HTTP request body: a reference upload plus room for its form fields."""
         return self.max_reference_bytes + 1024 * 1024
+
+    @property
+    def bodies_bytes_per_client(self) -> int:
+        """One client address's share of the body budget: as set, else a quarter of it; never
+        less than one largest body, nor more than the whole budget."""
+        share = self.max_bodies_bytes_per_client or self.max_bodies_bytes // 4
+        return min(self.max_bodies_bytes, max(share, self.max_body_bytes))
 
     @classmethod
     def from_env(cls) -> ServerConfig:
