@@ -68,7 +68,7 @@ def create_app(cfg: ServerConfig, engine: Engine | None = None, owns_engine: boo
         app.state.service = SynthesisService(
             running, store, Metrics(), max_queue=cfg.max_queue, asr_available=bool(cfg.asr_model),
             audio_limits=AudioLimits(max_bytes=cfg.max_reference_bytes, max_seconds=cfg.max_reference_seconds),
-            max_references_bytes=cfg.max_references_bytes,
+            max_references_bytes=cfg.max_references_bytes, max_voice_encodes=cfg.max_voice_encodes,
         )
         app.state.service.builtins.model_key = await asyncio.to_thread(model_key, cfg.model, running.model_name)
         app.state.ready = True
@@ -137,7 +137,8 @@ async def drain(app: Litestar, seconds: float, hurry: asyncio.Event | None = Non
     """Graceful shutdown, before the server stops: readiness goes false, new work is refused
     (`busy`, HTTP 503 + Retry-After), requests in flight get up to `seconds` (or until
     `hurry` is set) to finish, the rest are cancelled, and once every request has sent its
-    end, each WebSocket is closed (1001)."""
+    end, each WebSocket is closed (1001) after its queued frames reach a client that reads
+    them, till the same window ends (what is still queued then is replaced by `cancelled`)."""
     from server.api.stream import close_all
 
     state = app.state
@@ -145,6 +146,7 @@ async def drain(app: Litestar, seconds: float, hurry: asyncio.Event | None = Non
     service: SynthesisService | None = state.get("service")
     if service is None:  # still starting
         return
+    window_ends = asyncio.get_running_loop().time() + seconds  # queued audio may reach its readers till then
     service.start_draining()
     log.info("shutting down: not ready, taking no new work", extra={"inflight": service.inflight,
                                                                       "drain_s": seconds})
@@ -153,5 +155,6 @@ async def drain(app: Litestar, seconds: float, hurry: asyncio.Event | None = Non
         service.cancel_all()
         if not await service.wait_idle(10.0):
             log.error("requests still in flight after cancelling", extra={"inflight": service.inflight})
-    await close_all(state.get("connections") or set())
+    until = None if hurry is not None and hurry.is_set() else window_ends
+    await close_all(state.get("connections") or set(), until=until)
     log.info("drained")

@@ -152,6 +152,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-references-bytes", type=_size, default="64M",
                        help="one-shot reference audio (base64, as sent) held at once while it is decoded and "
                             "encoded, all requests together; beyond, busy before it is decoded (default 64M)")
+    serve.add_argument("--max-voice-encodes", type=_positive_int, default=None,
+                       help="reference clips (uploads and one-shot references) encoded at once, all clients "
+                            "together; the rest wait in order. Encodes share the CPU with the step loop "
+                            "(default: 2 per engine)")
     serve.add_argument("--max-reference-seconds", type=_positive_float, default=60.0,
                        help="longest reference audio clip (default 60)")
     serve.add_argument("--max-voices", type=_positive_int, default=1000,
@@ -267,6 +271,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     cfg.max_reference_bytes = args.max_reference_bytes
     cfg.max_reference_seconds = args.max_reference_seconds
     cfg.max_references_bytes = args.max_references_bytes
+    cfg.max_voice_encodes = args.max_voice_encodes
     cfg.max_voices = args.max_voices
     cfg.max_voices_bytes = args.max_voices_bytes
     cfg.idle_timeout = args.idle_timeout

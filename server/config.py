@@ -68,6 +68,7 @@ class ServerConfig:
     max_reference_bytes: int = 16 * 1024 * 1024  # one reference audio file (upload or base64)
     max_reference_seconds: float = 60.0
     max_references_bytes: int = 64 * 1024 * 1024  # one-shot references (base64) being prepared, server-wide
+    max_voice_encodes: int | None = None  # reference clips encoded at once, server-wide; None: 2 per engine
     max_voices: int = 1000  # voices in the library
     max_voices_bytes: int = 256 * 1024 * 1024  # stored voice data, all voices together
     idle_timeout: float = 300.0  # s without a frame or a request in flight: close (0: never)

@@ -194,8 +194,9 @@ class Done(Struct, tag="done", tag_field="type"):
     timings: Timings
 
 
-class Cancelled(Struct, tag="cancelled", tag_field="type"):
+class Cancelled(Struct, tag="cancelled", tag_field="type", omit_defaults=True):
     id: str
+    reason: str | None = None  # when the client did not ask for it (the server cut it short)
 
 
 class ErrorMsg(Struct, tag="error", tag_field="type", omit_defaults=True):

@@ -108,7 +108,7 @@ class _Job:
 class SynthesisService:
     def __init__(self, engine: Engine, voices: VoiceLibrary, metrics: Metrics, *,
                  max_queue: int, asr_available: bool = False, audio_limits: AudioLimits = AudioLimits(),
-                 max_references_bytes: int | None = None):
+                 max_references_bytes: int | None = None, max_voice_encodes: int | None = None):
         self.engine = engine
         self.voices = voices
         self.metrics = metrics
@@ -121,6 +121,8 @@ class SynthesisService:
         self._idle.set()
         self._voice_cache: OrderedDict[str, VoicePrompt] = OrderedDict()
         self.references = ReferenceBudget(max_references_bytes)
+        # encodes share the CPU with the step loop: at most this many at once, the rest wait in order
+        self.encode_slots = asyncio.Semaphore(max_voice_encodes or 2 * len(self.engines))
         self.builtins = BuiltinVoices(self)
 
     @property
@@ -293,16 +295,25 @@ class SynthesisService:
         if text is None and not self.asr_available:
             raise ServiceError("invalid_request", f"{prefix}text: a transcript is required "
                                "(this server runs without --asr-model)", f"{prefix}text")
-        if self.draining:
-            raise ServiceError("busy", SHUTTING_DOWN)
-        future = self.engine.encode_voice(audio.samples, audio.sample_rate, text)
-        try:
-            return await asyncio.wrap_future(future)
-        except RequestRejected as exc:
-            code = exc.code if exc.code == "busy" else "invalid_request"
-            if code != "invalid_request":
-                raise ServiceError(code, str(exc)) from None
-            raise ServiceError(code, f"{prefix}{exc}", f"{prefix}{exc.field or 'audio'}") from None
+        if self.encode_slots.locked():
+            self.metrics.voice_encode_waits.inc()
+        async with self.encode_slots:
+            if self.draining:
+                raise ServiceError("busy", SHUTTING_DOWN)
+            self.metrics.voice_encodes.inc()
+            try:
+                return await asyncio.wrap_future(self.engine.encode_voice(audio.samples, audio.sample_rate, text))
+            except RequestRejected as exc:
+                raise self._encode_refused(exc, prefix) from None
+            finally:
+                self.metrics.voice_encodes.dec()
+
+    @staticmethod
+    def _encode_refused(exc: RequestRejected, prefix: str) -> ServiceError:
+        code = exc.code if exc.code == "busy" else "invalid_request"
+        if code != "invalid_request":
+            return ServiceError(code, str(exc))
+        return ServiceError(code, f"{prefix}{exc}", f"{prefix}{exc.field or 'audio'}")
 
     async def add_voice(self, audio: DecodedAudio, text: str | None, name: str | None) -> VoiceInfo:
         """Encode an uploaded clip once and store it in the library."""

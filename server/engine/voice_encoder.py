@@ -4,7 +4,9 @@ A voice upload runs the reference's `create_voice_clone_prompt` (resampling, sil
 an ASR pass when no transcript is given, the codec's encoder): up to seconds of work per
 clip. On the engine thread it would stall every request's steps; here it runs on its own
 worker threads (on a GPU each with its own CUDA stream), at most `workers` clips at once,
-the rest queued in arrival order.
+the rest queued in arrival order. On a CPU each worker runs one intra-op thread (torch's
+thread count is per calling thread), so encodes add at most `workers` busy threads beside
+the step loop's own pool instead of a full pool each.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from server.engine.types import VoicePrompt
 from server.engine.worker_streams import WorkerStreams
 
 ENCODE_WORKERS = 2
+CPU_THREADS_PER_WORKER = 1
 
 
 class VoiceEncoder:
@@ -34,6 +37,8 @@ class VoiceEncoder:
 
     def _encode(self, audio: np.ndarray, sample_rate: int, text: str | None) -> VoicePrompt:
         torch.set_grad_enabled(False)
+        if self.device.type == "cpu":
+            torch.set_num_threads(CPU_THREADS_PER_WORKER)  # this worker's own pool, not the step loop's
         stream = self._streams.current()
         if stream is None:
             return self.codec.encode_voice(audio, sample_rate, text)

@@ -51,7 +51,7 @@ class Outlet:
     """How a stream talks to its connection."""
 
     send: Callable[[Struct], None]
-    send_bytes: Callable[[bytes], None]
+    send_bytes: Callable[[bytes, float], None]  # an audio frame, and the seconds of audio it carries
     ended: Callable[[StreamSession], None]  # the stream sent its end; forget it
 
 
@@ -265,7 +265,7 @@ class StreamSession:
         samples = out.samples
         header = StreamAudioHeader(self.id, event.chunk, event.final, seg.encoder.out_rate, self.msg.encoding,
                                    samples, packets=out.packets, segment=seg.index, offset_samples=self.offset)
-        self.outlet.send_bytes(p.audio_frame(header, out.data))
+        self.outlet.send_bytes(p.audio_frame(header, out.data), samples / seg.encoder.out_rate)
         self.offset += samples
         seg.samples += samples
         self.frames += 1

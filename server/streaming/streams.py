@@ -19,7 +19,7 @@ RECENT_ENDS = 256  # ids of streams that ended lately: their late frames are dro
 
 class ConnectionStreams:
     def __init__(self, service: SynthesisService, limits: StreamLimits, prefix: str, *,
-                 send: Callable, send_bytes: Callable[[bytes], None],
+                 send: Callable, send_bytes: Callable[[bytes, float], None],
                  refuse: Callable[[str | None, str, str, str | None], None]):
         self.service = service
         self.limits = limits
