@@ -5,9 +5,11 @@ server's shutdown; a client that reads must never be taken for one that does not
 wait here until the socket takes them. When more than `--max-outbox-bytes` wait, the
 connection is *backed up*: it takes no new requests (`busy`). A backed-up connection is
 given up (`on_stalled`: its requests are cancelled, close 1008 `not reading`) only when,
-over `--send-timeout` seconds, its socket took less audio than that many seconds of it:
-a reader that keeps up with real-time playback is never dropped, however far ahead of it
-the engine runs (a 48 kHz `f32le` request legitimately queues megabytes).
+over `--send-timeout` seconds, its socket took less audio than that many seconds of it (a
+frame still going out counts as read at real time: a socket that takes nothing at all is
+dropped by `server.net` after `--send-timeout`). A reader that keeps up with real-time
+playback is never dropped, however far ahead of it the engine runs (a 48 kHz `f32le`
+request legitimately queues megabytes).
 
 Closing sends what is queued to a reader that keeps taking it, until a deadline (on
 shutdown: the end of the drain window; never less than `FLUSH_SECONDS`). What is still
@@ -48,6 +50,7 @@ class Outbox:
         self._queue: asyncio.Queue[_Frame | None] = asyncio.Queue()
         self._deadline: asyncio.TimerHandle | None = None
         self._window: tuple[float, float] = (0.0, 0.0)  # (when, taken_audio_s) the backed-up window began
+        self._sending: tuple[float, float] | None = None  # (since, audio seconds) of the frame being sent
         self.broken = False  # the socket failed a send: nothing more goes out
 
     @property
@@ -74,8 +77,12 @@ class Outbox:
         if not self.backed_up or self.broken:
             return
         began, taken = self._window
-        elapsed = asyncio.get_running_loop().time() - began
-        if self.taken_audio_s - taken >= REAL_TIME * elapsed:
+        now = asyncio.get_running_loop().time()
+        credit = self.taken_audio_s - taken
+        if self._sending is not None:  # a long frame still going out may be read at real time
+            since, seconds = self._sending
+            credit += min(seconds, REAL_TIME * (now - max(since, began)))
+        if credit >= REAL_TIME * (now - began):
             self._start_window()  # reading as fast as it plays: wait on
         else:
             self.on_stalled()
@@ -88,11 +95,13 @@ class Outbox:
                 if frame is None:
                     return
                 self.queued_bytes -= len(frame.data)
+                self._sending = (asyncio.get_running_loop().time(), frame.audio_seconds)
                 if isinstance(frame.data, bytes):
                     await self.socket.send_bytes(frame.data)
                 else:
                     await self.socket.send_text(frame.data)
                 self.taken_audio_s += frame.audio_seconds
+                self._sending = None
             except Exception:  # noqa: BLE001 - the peer is gone; the reader will see it
                 self.broken = True
                 self.discard()
