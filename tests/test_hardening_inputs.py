@@ -14,7 +14,6 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from server.instructions import HEADER_MAX_CHARS
 from tests.chorus_client import Session
 
 NO_HANG_S = 120
@@ -26,7 +25,7 @@ def test_the_ignored_instructions_header_is_always_valid(chorus_server, instruct
                    json={"input": "Hi.", "instructions": instructions, "num_step": 2, "response_format": "pcm"})
     assert r.status_code == 200 and len(r.content) > 0, r.text[:300]
     value = r.headers["x-chorus-ignored-instructions"]
-    assert value and value == value.strip() and len(value) <= HEADER_MAX_CHARS
+    assert value and value == value.strip() and len(value) <= 1000
     assert all(32 <= ord(c) < 127 for c in value), value
 
 

@@ -33,6 +33,7 @@ log = logging.getLogger("chorus.stream")
 _connection_ids = itertools.count(1)
 ENDPOINT = "stream"
 CUT_SHORT = "shutdown: the drain window ended before the rest of this request's audio was sent"
+STOPPING = "shutdown: the server is stopping and this request did not finish within the drain window"
 _ENDS = (p.Done, p.Cancelled, p.ErrorMsg)
 
 
@@ -128,7 +129,7 @@ class Connection:
         """Send what is queued while the client reads it (up to `until`, loop time; at least a
         few seconds), then close the socket (time-bounded). A request whose end could not be
         sent by then ends with `cancelled` and a reason instead."""
-        self.streams.cancel_all()  # an open stream ends with `cancelled` before the close
+        self.streams.cancel_all(STOPPING if code == 1001 else None)  # a stream ends before the close
         await self.outbox.close(code, reason, until=until, cut_short=self._cut_short)
         self.open = False
 
@@ -248,7 +249,8 @@ class Connection:
             timings = p.Timings(event.queue_ms, event.first_audio_ms, event.total_ms)
             self._end(req, p.Done(req.client_id, req.audio_frames, event.audio_seconds, timings))
         elif event.outcome == "cancelled":
-            self._end(req, p.Cancelled(req.client_id))
+            # not asked for by the client: the server is stopping (or gave up on the connection)
+            self._end(req, p.Cancelled(req.client_id, reason=None if req.cancel_requested else STOPPING))
         else:
             self._end(req, p.ErrorMsg(req.client_id, "internal", event.message or "the engine failed on this request"))
 

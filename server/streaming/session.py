@@ -39,6 +39,7 @@ from server.streaming.segmenter import Segmenter
 
 log = logging.getLogger("chorus.stream")
 ENDPOINT = "stream"
+STOPPING = "shutdown: the server is stopping and this stream did not finish within the drain window"
 # The stream cuts its text itself: each segment is one engine chunk, whatever chunk_threshold
 # (its largest value; a segment is at most a few hundred characters, far below it) or fast
 # start's first_chunk_seconds (off) say.
@@ -153,9 +154,10 @@ class StreamSession:
         self.pending.extend(self.segmenter.flush())
         self._pump()
 
-    def cancel(self) -> None:
-        """`cancel`, a disconnect or shutdown: stop every segment, answer `cancelled`."""
-        self._end(p.Cancelled(self.id))
+    def cancel(self, reason: str | None = None) -> None:
+        """`cancel`, a disconnect or shutdown: stop every segment, answer `cancelled` (with
+        `reason` when the client did not ask for it)."""
+        self._end(p.Cancelled(self.id, reason=reason))
 
     # ---- segments in ----------------------------------------------------------------------
 
@@ -248,7 +250,7 @@ class StreamSession:
             self._advance()
             self._pump()
         elif event.outcome == "cancelled":  # not asked for by this stream: the server is stopping
-            self._end(p.Cancelled(self.id))
+            self._end(p.Cancelled(self.id, reason=STOPPING))
         else:
             self._end(p.ErrorMsg(self.id, "internal", f"segment {seg.index}: "
                                  f"{event.message or 'the engine failed on this segment'}"))

@@ -62,9 +62,9 @@ class ConnectionStreams:
             session.cancel()
         return session is not None
 
-    def cancel_all(self) -> None:
+    def cancel_all(self, reason: str | None = None) -> None:
         for session in list(self.open.values()):
-            session.cancel()
+            session.cancel(reason)
 
     def _ended(self, session: StreamSession) -> None:
         if self.open.get(session.id) is session:
