@@ -18,7 +18,7 @@ from tests.raw_ws import connect_ws, masked_text_frame, read_frame
 from tests.serverproc import ChorusServer
 
 SAFETY_S = 120
-READ_BYTES_PER_S = 2 * 1024 * 1024  # the client's pace: live, but slower than the audio is made
+READ_BYTES_PER_S = 768 * 1024  # the client's pace: four times real time, slower than the audio is made
 REQUEST = {"type": "synthesize", "id": "long", "encoding": "f32le", "sample_rate": 48000, "progress": False,
            "text": " ".join(f"This is sentence number {i} of a long request." for i in range(20)),
            "options": {"num_step": 2, "duration": 90.0}}  # about 17 MB of audio
