@@ -20,10 +20,10 @@ from litestar import Litestar, Router
 from litestar.config.cors import CORSConfig
 from litestar.datastructures import State
 from litestar.di import Provide
-from litestar.exceptions import HTTPException
+from litestar.exceptions import HTTPException, NotFoundException
 
 from server.api import ops, speech, stream, voices
-from server.api.auth import require_api_key, require_known_host
+from server.api.auth import require_api_key, require_known_host, unknown_route_handler
 from server.api.errors import (
     ApiError,
     api_error_handler,
@@ -68,6 +68,7 @@ def create_app(cfg: ServerConfig, engine: Engine | None = None, owns_engine: boo
         app.state.service = SynthesisService(
             running, store, Metrics(), max_queue=cfg.max_queue, asr_available=bool(cfg.asr_model),
             audio_limits=AudioLimits(max_bytes=cfg.max_reference_bytes, max_seconds=cfg.max_reference_seconds),
+            max_references_bytes=cfg.max_references_bytes, max_voice_encodes=cfg.max_voice_encodes,
         )
         app.state.service.builtins.model_key = await asyncio.to_thread(model_key, cfg.model, running.model_name)
         app.state.ready = True
@@ -115,6 +116,7 @@ def create_app(cfg: ServerConfig, engine: Engine | None = None, owns_engine: boo
         },
         exception_handlers={
             ApiError: api_error_handler,
+            NotFoundException: unknown_route_handler,
             HTTPException: http_exception_handler,
             BodyBudgetExceeded: lambda _, exc: error_response("busy", str(exc), 503),
             Exception: internal_error_handler,
@@ -122,7 +124,7 @@ def create_app(cfg: ServerConfig, engine: Engine | None = None, owns_engine: boo
         lifespan=[lifespan],
         state=State({"config": cfg, "ready": False, "connections": set()}),
         cors_config=cors,
-        middleware=[body_budget_middleware(BodyBudget(cfg.max_bodies_bytes))],
+        middleware=[body_budget_middleware(BodyBudget(cfg.max_bodies_bytes, cfg.bodies_bytes_per_client))],
         request_max_body_size=cfg.max_body_bytes,
         openapi_config=None,
         logging_config=None,  # logging is configured once, by the command line
@@ -133,12 +135,16 @@ async def drain(app: Litestar, seconds: float, hurry: asyncio.Event | None = Non
     """Graceful shutdown, before the server stops: readiness goes false, new work is refused
     (`busy`, HTTP 503 + Retry-After), requests in flight get up to `seconds` (or until
     `hurry` is set) to finish, the rest are cancelled, and once every request has sent its
-    end, each WebSocket is closed (1001)."""
+    end, each WebSocket is closed (1001) after its queued frames reach a client that reads
+    them, till the same window ends (what is still queued then is replaced by `cancelled`)."""
+    from server.api.stream import close_all
+
     state = app.state
     state.ready = False
     service: SynthesisService | None = state.get("service")
     if service is None:  # still starting
         return
+    window_ends = asyncio.get_running_loop().time() + seconds  # queued audio may reach its readers till then
     service.start_draining()
     log.info("shutting down: not ready, taking no new work", extra={"inflight": service.inflight,
                                                                       "drain_s": seconds})
@@ -147,5 +153,6 @@ async def drain(app: Litestar, seconds: float, hurry: asyncio.Event | None = Non
         service.cancel_all()
         if not await service.wait_idle(10.0):
             log.error("requests still in flight after cancelling", extra={"inflight": service.inflight})
-    await stream.close_all(state.get("connections") or set())
+    until = None if hurry is not None and hurry.is_set() else window_ends
+    await close_all(state.get("connections") or set(), until=until)
     log.info("drained")

@@ -42,6 +42,8 @@ class StreamLimits:
     max_buffered_chars: int = 5000  # text received and not yet sent to the engine: stream_too_long
     max_segments_inflight: int = 4  # segments synthesising at once; later ones wait (buffered)
     max_seconds: float = 900.0  # from stream_open to done: stream_too_long
+    # audio the stream's segments together may plan (--max-audio-seconds): stream_too_long
+    max_audio_seconds: float | None = 1800.0
 
 
 @dataclass
@@ -56,10 +58,13 @@ class ServerConfig:
     # ---- limits (defaults documented in README.md and docs/protocol.md "Limits") ----
     max_queue: int = 256  # accepted requests not yet ended, server-wide; beyond: busy / 503
     max_text_chars: int = 5000
+    max_instructions_chars: int = 4096  # `instructions` of /v1/audio/speech (free text, mapped to items)
     max_inflight_per_connection: int = 16
     max_frame_bytes: int = 16 * 1024 * 1024  # one WebSocket frame; over it: close 1009
     max_reference_bytes: int = 16 * 1024 * 1024  # one reference audio file (upload or base64)
     max_reference_seconds: float = 60.0
+    max_references_bytes: int = 64 * 1024 * 1024  # one-shot references (base64) being prepared, server-wide
+    max_voice_encodes: int | None = None  # reference clips encoded at once, server-wide; None: 2 per engine
     max_voices: int = 1000  # voices in the library
     max_voices_bytes: int = 256 * 1024 * 1024  # stored voice data, all voices together
     idle_timeout: float = 300.0  # s without a frame or a request in flight: close (0: never)
@@ -67,10 +72,12 @@ class ServerConfig:
     stream: StreamLimits = field(default_factory=StreamLimits)
     # ---- connections (server.net) ----
     max_connections: int | None = None  # open sockets; None: 4096, always below the fd limit
+    max_connections_per_client: int | None = None  # one peer address; None: a quarter of max_connections
     header_timeout: float = 10.0  # s for a request's headers to arrive; beyond: 408 and close
     body_timeout: float = 60.0  # s for a request's body to arrive after its headers
     send_timeout: float = 30.0  # s a peer may take none of what is sent (also closing): then dropped
     max_bodies_bytes: int = 128 * 1024 * 1024  # request bodies held at once, server-wide; beyond: 503
+    max_bodies_bytes_per_client: int | None = None  # one peer address; None: a quarter of the above
     max_outbox_bytes: int = 32 * 1024 * 1024  # frames queued for one WebSocket not yet sent
     # ---- access ----
     # WebSocket and browser Origins allowed besides the server's own; "*" allows any
@@ -98,6 +105,13 @@ class ServerConfig:
     def max_body_bytes(self) -> int:
         """An HTTP request body: a reference upload plus room for its form fields."""
         return self.max_reference_bytes + 1024 * 1024
+
+    @property
+    def bodies_bytes_per_client(self) -> int:
+        """One client address's share of the body budget: as set, else a quarter of it; never
+        less than one largest body, nor more than the whole budget."""
+        share = self.max_bodies_bytes_per_client or self.max_bodies_bytes // 4
+        return min(self.max_bodies_bytes, max(share, self.max_body_bytes))
 
     @classmethod
     def from_env(cls) -> ServerConfig:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from types import ModuleType
+from urllib.parse import quote
 
 _CLAUSES = re.compile(r"[,，.。;；!！?？\n]+")
 _CJK = re.compile(r"[\u4e00-\u9fff]")
@@ -63,6 +64,8 @@ def _items_in(clause: str) -> list[str]:
     found: list[tuple[int, str]] = []
     text = clause.lower()
     for item, pattern in _patterns():
+        if item not in text:  # (cheap) no match can follow; blanking only removes
+            continue
         for match in pattern.finditer(text):
             found.append((match.start(), item))
         text = pattern.sub(lambda m: " " * len(m.group(0)), text)  # "very low pitch" is not also "low pitch"
@@ -70,7 +73,9 @@ def _items_in(clause: str) -> list[str]:
 
 
 def map_instructions(text: str | None) -> Instructions:
-    """Free text -> the OmniVoice instruct it holds, plus what was ignored."""
+    """Free text -> the OmniVoice instruct it holds, plus what was ignored. Linear in the
+    text: one pass of each item's pattern per distinct clause, only where the item occurs
+    (callers bound the text's length first: `--max-instructions-chars`)."""
     if text is None or not text.strip():
         return Instructions(None)
     used: list[str] = []
@@ -80,8 +85,8 @@ def map_instructions(text: str | None) -> Instructions:
     for clause in (c.strip() for c in _CLAUSES.split(text)):
         if not clause:
             continue
-        items = _items_in(clause)
-        if not items or _leftover(clause, items):
+        items, leftover = _clause(clause)
+        if leftover:
             ignored.append(clause)
         for item in items:
             category = _category(item)
@@ -96,6 +101,13 @@ def map_instructions(text: str | None) -> Instructions:
     return Instructions(("，" if zh else ", ").join(used) or None, ignored)
 
 
+@lru_cache(maxsize=1024)
+def _clause(clause: str) -> tuple[list[str], bool]:
+    """A clause's items, and whether it says more than them (remembered: prose repeats)."""
+    items = _items_in(clause)
+    return items, not items or _leftover(clause, items)
+
+
 _FILLER = re.compile(r"\b(?:a|an|the|with|and|in|of|voice|speaker|speak|speaking|sound|sounding|like|tone|"
                      r"accent|pitch|please|use|using|very)\b|[^\w]+", re.I)
 
@@ -108,9 +120,27 @@ def _leftover(clause: str, items: list[str]) -> bool:
     return bool(_FILLER.sub("", rest).strip())
 
 
-def header_value(ignored: list[str]) -> str:
-    """`X-Chorus-Ignored-Instructions`: the ignored pieces joined by "; ", percent-encoded
-    where not printable ASCII (headers are Latin-1 on the wire)."""
-    from urllib.parse import quote
+HEADER_MAX_CHARS = 1000
+_HEADER_SAFE = " !\"#$&'()*+,-./:;<=>?@[]^_`{|}~"
 
-    return quote("; ".join(ignored), safe=" !\"#$&'()*+,-./:;<=>?@[]^_`{|}~")[:1000]
+
+def header_value(ignored: list[str], max_chars: int = HEADER_MAX_CHARS) -> str:
+    """`X-Chorus-Ignored-Instructions`: the ignored pieces joined by "; ", percent-encoded
+    where not printable ASCII (headers are Latin-1 on the wire, control characters never
+    allowed), whole pieces only up to `max_chars`, with no space at either end (HTTP
+    refuses a value that ends in one)."""
+    out: list[str] = []
+    used = 0
+    for piece in ignored:
+        encoded = quote(" ".join(piece.split()), safe=_HEADER_SAFE)
+        if not encoded:
+            continue
+        cost = len(encoded) + (2 if out else 0)
+        if used + cost > max_chars:
+            if not out:  # one piece alone too long: its start, cut between escapes
+                cut = encoded[:max_chars]
+                out.append(cut[: cut.rfind("%")] if "%" in cut[-2:] else cut)
+            break
+        out.append(encoded)
+        used += cost
+    return "; ".join(out).strip()

@@ -51,6 +51,10 @@ class Metrics:
         self.audio_seconds = Counter("chorus_audio_seconds", "Seconds of audio produced", registry=r)
         self.first_audio = Histogram("chorus_time_to_first_audio_seconds", "From submission to the first audio",
                                      buckets=FIRST_AUDIO_BUCKETS, registry=r)
+        self.voice_encodes = Gauge("chorus_voice_encodes_running", "Reference clips being encoded (uploads and "
+                                   "one-shot references; at most --max-voice-encodes)", registry=r)
+        self.voice_encode_waits = Counter("chorus_voice_encode_waits", "Reference clips that waited for an "
+                                          "encode slot (--max-voice-encodes)", registry=r)
         self._counted_steps: dict[str, int] = {}
         self._seen_steps: dict[str, int] = {}
 

@@ -28,7 +28,12 @@ ERROR_CODES = (
     "bad_message", "invalid_request", "duplicate_id", "voice_not_found", "text_too_long",
     "too_many_requests", "busy", "unauthorized", "internal", "stream_idle", "stream_too_long",
 )
-ID_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
+ID_PATTERN = r"^[A-Za-z0-9_.-]{1,64}\Z"  # \Z: "$" would admit a trailing newline
+# `instruct` is a list of OmniVoice's items ("female, low pitch, british accent"): a handful of
+# words; the longest valid one is far shorter. Checked before it is resolved.
+MAX_INSTRUCT_CHARS = 256
+MAX_VOICE_CHARS = 256  # a voice id (64) or a library voice's display name (100)
+MAX_LANGUAGE_CHARS = 64
 
 Encoding = Literal["pcm_s16le", "f32le", "mulaw", "alaw", "opus"]
 ErrorCode = Literal[
@@ -78,10 +83,10 @@ class VoiceFields(Struct, forbid_unknown_fields=True, kw_only=True):
     """What `synthesize` and `stream_open` share: the voice, the knobs, the audio format."""
 
     id: Annotated[str, Meta(pattern=ID_PATTERN)]
-    voice: str | None = None
+    voice: Annotated[str, Meta(max_length=MAX_VOICE_CHARS)] | None = None
     reference: Reference | None = None
-    instruct: str | None = None
-    language: str | None = None
+    instruct: Annotated[str, Meta(max_length=MAX_INSTRUCT_CHARS)] | None = None
+    language: Annotated[str, Meta(max_length=MAX_LANGUAGE_CHARS)] | None = None
     encoding: Encoding = "pcm_s16le"
     sample_rate: int | None = None  # default: 24000, 8000 for mulaw/alaw
     progress: bool = True
@@ -189,8 +194,9 @@ class Done(Struct, tag="done", tag_field="type"):
     timings: Timings
 
 
-class Cancelled(Struct, tag="cancelled", tag_field="type"):
+class Cancelled(Struct, tag="cancelled", tag_field="type", omit_defaults=True):
     id: str
+    reason: str | None = None  # when the client did not ask for it (the server cut it short)
 
 
 class ErrorMsg(Struct, tag="error", tag_field="type", omit_defaults=True):
@@ -233,10 +239,13 @@ _RULES = {
     "id": "must be 1-64 characters of A-Z a-z 0-9 _ . -",
     "encoding": "must be one of " + ", ".join(ENCODINGS),
     "stream": "must be chunk or whole",
+    "instruct": f"must be at most {MAX_INSTRUCT_CHARS} characters (OmniVoice's items: \"female, low pitch\")",
+    "voice": f"must be at most {MAX_VOICE_CHARS} characters (a voice id or name)",
+    "language": f"must be at most {MAX_LANGUAGE_CHARS} characters",
 }
 _AT = re.compile(r"^(?P<msg>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
 _UNKNOWN = re.compile(r"Object contains unknown field `(?P<name>[^`]*)`")
-_CONSTRAINT = re.compile(r"^Expected `\w+` (?:[<>]=?|matching regex)")
+_CONSTRAINT = re.compile(r"^Expected `\w+` (?:[<>]=?|matching regex|of length)")
 _MISSING = re.compile(r"Object missing required field `(?P<name>[^`]*)`")
 
 
@@ -309,8 +318,22 @@ def decode_json(data: str | bytes) -> Any:
         raise ProtocolError("bad_message", "not valid JSON: nested too deeply") from None
 
 
-def parse_client_message(data: str | bytes) -> ClientMessage:
-    """One client text frame -> a typed message; raises `ProtocolError` naming the problem."""
+def check_text_size(msg: ClientMessage, max_text_chars: int | None) -> None:
+    """`text` (and `reference.text`) within `--max-text-chars`, checked before anything reads
+    them (a frame may carry megabytes of it)."""
+    if max_text_chars is None or not isinstance(msg, VoiceFields):
+        return
+    if isinstance(msg, Synthesize) and len(msg.text) > max_text_chars:
+        raise ProtocolError("text_too_long", f"text: {len(msg.text)} characters, over the limit of "
+                            f"{max_text_chars}", msg.id, field="text")
+    if msg.reference is not None and msg.reference.text is not None and len(msg.reference.text) > max_text_chars:
+        raise ProtocolError("text_too_long", f"reference.text: {len(msg.reference.text)} characters, over the "
+                            f"limit of {max_text_chars}", msg.id, field="reference.text")
+
+
+def parse_client_message(data: str | bytes, max_text_chars: int | None = None) -> ClientMessage:
+    """One client text frame -> a typed message; raises `ProtocolError` naming the problem.
+    Sizes are checked first (`max_text_chars`: `--max-text-chars`), the content after."""
     raw = decode_json(data)
     if not isinstance(raw, dict):
         raise ProtocolError("bad_message", "a message must be a JSON object with a `type`")
@@ -327,6 +350,7 @@ def parse_client_message(data: str | bytes) -> ClientMessage:
     except msgspec.ValidationError as exc:
         at, message = describe_validation_error(exc)
         raise ProtocolError("invalid_request", message, request_id, field=at) from None
+    check_text_size(message, max_text_chars)
     if isinstance(message, Synthesize):
         check_synthesize(message)
     elif isinstance(message, StreamOpen):

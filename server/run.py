@@ -56,7 +56,8 @@ def net_limits(cfg: ServerConfig) -> NetLimits:
     if cfg.max_connections and cap < cfg.max_connections:
         log.warning("--max-connections %d lowered to %d: the file descriptor limit is %d",
                     cfg.max_connections, cap, fd_soft_limit())
-    return NetLimits(cap, cfg.header_timeout, cfg.body_timeout, cfg.send_timeout, backlog)
+    return NetLimits(cap, cfg.header_timeout, cfg.body_timeout, cfg.send_timeout, backlog,
+                     cfg.max_connections_per_client)
 
 
 def bind_socket(host: str, port: int) -> socket.socket:

@@ -89,19 +89,29 @@ LIMITS = (
     Limit("--max-queue", _positive_int, 256, "max_queue",
           "requests accepted and not finished, all clients together; more get busy"),
     Limit("--max-audio-seconds", _positive_float, 1800.0, "engine.max_audio_seconds",
-          "audio one request may produce, from its plan; more is refused up front "
-          "(default 1800)"),
+          "audio one request (or one text stream, all its segments together) may produce, "
+          "from its plan; more is refused up front (default 1800)"),
     Limit("--max-audio-seconds-inflight", _positive_float, 14400.0, "engine.max_audio_seconds_inflight",
           "audio all accepted requests together may produce (it is held in memory until "
           "sent); a request over it gets busy (default 14400)"),
     Limit("--max-text-chars", _positive_int, 5000, "max_text_chars",
           "longest text one request may have"),
+    Limit("--max-instructions-chars", _positive_int, 4096, "max_instructions_chars",
+          "longest `instructions` of /v1/audio/speech (free text mapped to voice-design items); "
+          "longer is refused before it is read (default 4096)"),
     Limit("--max-inflight", _positive_int, 16, "max_inflight_per_connection",
           "requests one WebSocket connection may have in flight"),
     Limit("--max-frame-bytes", _size, "16M", "max_frame_bytes",
           "largest WebSocket frame; a larger one closes the socket with 1009 (default 16M)"),
     Limit("--max-reference-bytes", _size, "16M", "max_reference_bytes",
           "largest reference audio file, uploaded or base64 (default 16M)"),
+    Limit("--max-references-bytes", _size, "64M", "max_references_bytes",
+          "one-shot reference audio (base64, as sent) held at once while it is decoded and "
+          "encoded, all requests together; beyond, busy before it is decoded (default 64M)"),
+    Limit("--max-voice-encodes", _positive_int, None, "max_voice_encodes",
+          "reference clips (uploads and one-shot references) encoded at once, all clients "
+          "together; the rest wait in order. Encodes share the CPU with the step loop "
+          "(default: 2 per engine)"),
     Limit("--max-reference-seconds", _positive_float, 60.0, "max_reference_seconds",
           "longest reference audio clip (default 60)"),
     Limit("--max-voices", _positive_int, 1000, "max_voices",
@@ -116,6 +126,10 @@ LIMITS = (
     Limit("--max-connections", _positive_int, None, "max_connections",
           "open HTTP and WebSocket connections; more are answered 503 and closed (default 4096, "
           "and always at most the file descriptor limit less an eighth, at least 64)"),
+    Limit("--max-connections-per-client", _positive_int, None, "max_connections_per_client",
+          "open connections one client address may hold; more get 503 busy (default: a quarter "
+          "of --max-connections; behind a proxy every client has its address: raise it). "
+          "Health requests are still answered past either cap"),
     Limit("--header-timeout", _positive_float, 10.0, "header_timeout",
           "seconds a request's headers may take to arrive, from its first byte or the connect; "
           "then 408 and close (default 10)"),
@@ -126,7 +140,11 @@ LIMITS = (
           "seconds a client may take none of what the server sends (audio, or a close) before "
           "its connection is dropped and its requests cancelled (default 30)"),
     Limit("--max-bodies-bytes", _size, "128M", "max_bodies_bytes",
-          "HTTP request bodies held at once, all requests together; beyond, 503 busy (default 128M)"),
+          "HTTP request bodies held at once, all requests together, counted as their bytes "
+          "arrive; beyond, 503 busy (default 128M)"),
+    Limit("--max-bodies-bytes-per-client", _size, None, "max_bodies_bytes_per_client",
+          "HTTP request bodies one client address may hold at once; beyond, 503 busy (default: "
+          "a quarter of --max-bodies-bytes, at least one largest body)"),
     Limit("--max-outbox-bytes", _size, "32M", "max_outbox_bytes",
           "frames queued for one WebSocket and not yet sent; beyond, new requests on it get busy "
           "and past --send-timeout it is closed (1008) (default 32M)"),
@@ -214,7 +232,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         owner, _, name = limit.field.rpartition(".")
         setattr(cfg.engine if owner else cfg, name, getattr(args, limit.flag[2:].replace("-", "_")))
     cfg.stream = StreamLimits(args.stream_idle_seconds, args.stream_max_buffered_chars, args.stream_max_segments,
-                              args.stream_max_seconds)
+                              args.stream_max_seconds, args.max_audio_seconds)
     if args.allowed_origins is not None:
         cfg.allowed_origins = parse_origins(args.allowed_origins)
     if args.allowed_hosts is not None:

@@ -35,6 +35,7 @@ from server.engine.types import (
 )
 from server.errors import ServiceError
 from server.metrics import Metrics
+from server.reference_budget import ReferenceBudget
 from server.voices import LibraryFull, VoiceInfo, VoiceLibrary
 
 log = logging.getLogger("chorus.service")
@@ -96,7 +97,8 @@ class _Job:
 
 class SynthesisService:
     def __init__(self, engine: Engine, voices: VoiceLibrary, metrics: Metrics, *,
-                 max_queue: int, asr_available: bool = False, audio_limits: AudioLimits = AudioLimits()):
+                 max_queue: int, asr_available: bool = False, audio_limits: AudioLimits = AudioLimits(),
+                 max_references_bytes: int | None = None, max_voice_encodes: int | None = None):
         self.engine = engine
         self.voices = voices
         self.metrics = metrics
@@ -108,6 +110,9 @@ class SynthesisService:
         self._idle = asyncio.Event()
         self._idle.set()
         self._voice_cache: OrderedDict[str, VoicePrompt] = OrderedDict()
+        self.references = ReferenceBudget(max_references_bytes)
+        # encodes share the CPU with the step loop: at most this many at once, the rest wait in order
+        self.encode_slots = asyncio.Semaphore(max_voice_encodes or 2 * len(self.engines))
         self.builtins = BuiltinVoices(self)
 
     @property
@@ -227,12 +232,20 @@ class SynthesisService:
             return None
         if self.draining:
             raise ServiceError("busy", SHUTTING_DOWN)
+        size = len(reference_audio)
+        if not self.references.take(size):  # before it is decoded; given back once encoded (or failed)
+            raise ServiceError("busy", f"reference.audio: the server holds {self.references.held} bytes of "
+                               f"reference audio for requests being prepared; this one adds {size}, over its "
+                               f"limit of {self.references.max_bytes} (--max-references-bytes): try again later")
         try:
-            audio = await decode_in_thread(decode_base64_audio, reference_audio, "reference.audio",
-                                           self.audio_limits, what="reference.audio", limits=self.audio_limits)
-        except AudioError as exc:
-            raise ServiceError("invalid_request", str(exc), "reference.audio") from None
-        return await self.encode_voice(audio, reference_text, prefix="reference.")
+            try:
+                audio = await decode_in_thread(decode_base64_audio, reference_audio, "reference.audio",
+                                               self.audio_limits, what="reference.audio", limits=self.audio_limits)
+            except AudioError as exc:
+                raise ServiceError("invalid_request", str(exc), "reference.audio") from None
+            return await self.encode_voice(audio, reference_text, prefix="reference.")
+        finally:
+            self.references.give(size)
 
     async def named_voice(self, name: str) -> VoicePrompt:
         """A voice by what a client calls it: a built-in name (OpenAI's: alloy...), a library
@@ -272,16 +285,25 @@ class SynthesisService:
         if text is None and not self.asr_available:
             raise ServiceError("invalid_request", f"{prefix}text: a transcript is required "
                                "(this server runs without --asr-model)", f"{prefix}text")
-        if self.draining:
-            raise ServiceError("busy", SHUTTING_DOWN)
-        future = self.engine.encode_voice(audio.samples, audio.sample_rate, text)
-        try:
-            return await asyncio.wrap_future(future)
-        except RequestRejected as exc:
-            code = exc.code if exc.code == "busy" else "invalid_request"
-            if code != "invalid_request":
-                raise ServiceError(code, str(exc)) from None
-            raise ServiceError(code, f"{prefix}{exc}", f"{prefix}{exc.field or 'audio'}") from None
+        if self.encode_slots.locked():
+            self.metrics.voice_encode_waits.inc()
+        async with self.encode_slots:
+            if self.draining:
+                raise ServiceError("busy", SHUTTING_DOWN)
+            self.metrics.voice_encodes.inc()
+            try:
+                return await asyncio.wrap_future(self.engine.encode_voice(audio.samples, audio.sample_rate, text))
+            except RequestRejected as exc:
+                raise self._encode_refused(exc, prefix) from None
+            finally:
+                self.metrics.voice_encodes.dec()
+
+    @staticmethod
+    def _encode_refused(exc: RequestRejected, prefix: str) -> ServiceError:
+        code = exc.code if exc.code == "busy" else "invalid_request"
+        if code != "invalid_request":
+            return ServiceError(code, str(exc))
+        return ServiceError(code, f"{prefix}{exc}", f"{prefix}{exc.field or 'audio'}")
 
     async def add_voice(self, audio: DecodedAudio, text: str | None, name: str | None) -> VoiceInfo:
         """Encode an uploaded clip once and store it in the library."""

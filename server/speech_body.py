@@ -6,13 +6,21 @@ wire's own rules (`server.protocol`), so errors read alike and name their field.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
-from msgspec import Struct
+from msgspec import Meta, Struct
 
 from server import options as table
-from server.protocol import Options, ProtocolError, check_options, decode_json, describe_validation_error
+from server.protocol import (
+    MAX_LANGUAGE_CHARS,
+    MAX_VOICE_CHARS,
+    Options,
+    ProtocolError,
+    check_options,
+    decode_json,
+    describe_validation_error,
+)
 from server.visible_text import has_visible_text
 
 SpeechFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
@@ -21,7 +29,7 @@ SpeechFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
 class VoiceRef(Struct, forbid_unknown_fields=True):
     """OpenAI's custom-voice form of `voice`: `{"id": "..."}`."""
 
-    id: str
+    id: Annotated[str, Meta(max_length=MAX_VOICE_CHARS)]
 
 
 class SpeechRequest(Options, forbid_unknown_fields=True, kw_only=True):
@@ -33,11 +41,11 @@ class SpeechRequest(Options, forbid_unknown_fields=True, kw_only=True):
 
     input: str
     model: Any = None
-    voice: str | VoiceRef | None = None
+    voice: Annotated[str, Meta(max_length=MAX_VOICE_CHARS)] | VoiceRef | None = None
     instructions: str | None = None
     response_format: SpeechFormat = "mp3"
     stream_format: Literal["audio", "sse"] | None = None  # sse: OpenAI's speech.audio.* events
-    language: str | None = None
+    language: Annotated[str, Meta(max_length=MAX_LANGUAGE_CHARS)] | None = None
 
     @property
     def voice_name(self) -> str | None:
@@ -50,10 +58,26 @@ class SpeechRequest(Options, forbid_unknown_fields=True, kw_only=True):
 _SPEECH_RULES: dict[str, str] = {}
 _SPEECH_RULES["response_format"] = "must be mp3, opus, aac, flac, wav or pcm"
 _SPEECH_RULES["stream_format"] = "must be audio or sse"
+_SPEECH_RULES["voice"] = f"must be at most {MAX_VOICE_CHARS} characters (a voice id or name)"
+_SPEECH_RULES["voice.id"] = _SPEECH_RULES["voice"]
+_SPEECH_RULES["language"] = f"must be at most {MAX_LANGUAGE_CHARS} characters"
 
 
-def parse_speech_request(body: bytes) -> SpeechRequest:
-    """The JSON body of `/v1/audio/speech` -> a typed request; `ProtocolError` otherwise."""
+def check_sizes(req: SpeechRequest, max_input_chars: int | None, max_instructions_chars: int | None) -> None:
+    """`input` and `instructions` within their limits, checked before anything reads them."""
+    if max_input_chars is not None and len(req.input) > max_input_chars:
+        raise ProtocolError("text_too_long", f"input: {len(req.input)} characters, over the limit of "
+                            f"{max_input_chars}", field="input")
+    if max_instructions_chars is not None and req.instructions is not None and (
+            len(req.instructions) > max_instructions_chars):
+        raise ProtocolError("invalid_request", f"instructions: {len(req.instructions)} characters, over the "
+                            f"limit of {max_instructions_chars}", field="instructions")
+
+
+def parse_speech_request(body: bytes, max_input_chars: int | None = None,
+                         max_instructions_chars: int | None = None) -> SpeechRequest:
+    """The JSON body of `/v1/audio/speech` -> a typed request; `ProtocolError` otherwise.
+    Sizes are checked first (`--max-text-chars`, `--max-instructions-chars`), the content after."""
     raw = decode_json(body)
     if not isinstance(raw, dict):
         raise ProtocolError("bad_message", "the body must be a JSON object")
@@ -62,6 +86,7 @@ def parse_speech_request(body: bytes) -> SpeechRequest:
     except msgspec.ValidationError as exc:
         at, message = describe_validation_error(exc, _SPEECH_RULES)
         raise ProtocolError("invalid_request", message, field=at) from None
+    check_sizes(req, max_input_chars, max_instructions_chars)
     if not has_visible_text(req.input):
         raise ProtocolError("invalid_request", "input: must not be empty (nothing but spaces or invisible "
                             "characters)", field="input")

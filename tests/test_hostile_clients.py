@@ -95,10 +95,17 @@ def test_a_body_that_never_finishes(server):
 
 def test_stalled_bodies_share_one_budget(server):
     head = ("POST /v1/voices HTTP/1.1\r\nHost: localhost\r\nContent-Type: multipart/form-data; boundary=x\r\n"
-            f"Content-Length: {3 * 1024 * 1024}\r\n\r\n--x\r\n").encode()
-    first = _open(server, head)  # holds 3 MiB of the 4 MiB budget until it finishes or times out
+            f"Content-Length: {4 * 1024 * 1024}\r\n\r\n--x\r\n"
+            'Content-Disposition: form-data; name="audio"; filename="a.wav"\r\n\r\n').encode()
+    part = b"x" * (3 * 1024 * 1024)  # bodies are charged as their bytes arrive
+    first = _open(server, head + part)  # holds 3 MiB of the 4 MiB budget until it finishes or times out
     time.sleep(0.5)
-    status, body = _status(_response(_open(server, head)))
+    second = _open(server)
+    try:
+        second.sendall(head + part)
+    except OSError:
+        pass  # refused (and closed) while it was sending
+    status, body = _status(_response(second))
     assert status == 503 and body["error"]["code"] == "busy" and "request bodies" in body["error"]["message"]
     assert _status(_response(first))[0] == 408  # the stalled one ends at its body deadline...
     r = httpx.post(server.url + "/v1/audio/speech", json={"input": "Hi.", "num_step": 2}, timeout=SAFETY_S)

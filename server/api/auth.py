@@ -22,12 +22,15 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
+import re
 from urllib.parse import urlsplit
 
+from litestar import Request, Response
 from litestar.connection import ASGIConnection
+from litestar.exceptions import NotFoundException
 from litestar.handlers.base import BaseRouteHandler
 
-from server.api.errors import ApiError
+from server.api.errors import ApiError, api_error_handler, http_exception_handler
 
 _DEFAULT_PORTS = {"http": "80", "https": "443", "ws": "80", "wss": "443"}
 
@@ -73,12 +76,16 @@ def _host_port(netloc: str, scheme: str) -> str:
     return f"{host}:{port or _DEFAULT_PORTS.get(scheme, '')}"
 
 
-def _host_name(header: str) -> str:
-    """`Example.COM:8000` -> `example.com`; `[::1]:80` -> `::1` (no port, no trailing dot)."""
-    netloc = header.strip().lower()
-    if netloc.startswith("["):
-        return netloc[1:].partition("]")[0]
-    return netloc.rpartition(":")[0].rstrip(".") if ":" in netloc else netloc.rstrip(".")
+_HOST = re.compile(r"(?:\[(?P<v6>[0-9a-f:.]+)\]|(?P<name>[^\s\[\]:/@]+))(?::(?P<port>[0-9]{1,5}))?\Z")
+
+
+def _host_name(header: str) -> str | None:
+    """`Example.COM:8000` -> `example.com`; `[::1]:80` -> `::1` (no port, no trailing dot);
+    None when the header is no `host[:port]` (a port that is not a number, a stray bracket)."""
+    found = _HOST.match(header.strip().lower())
+    if found is None or (found.group("port") is not None and int(found.group("port")) > 65535):
+        return None
+    return found.group("v6") or found.group("name").rstrip(".")
 
 
 def _is_ip(name: str) -> bool:
@@ -89,15 +96,22 @@ def _is_ip(name: str) -> bool:
     return True
 
 
+def host_verdict(header: str | None, allowed: tuple[str, ...] | list[str] = ()) -> str:
+    """`ok`, `malformed` (no `host[:port]`: 400) or `unknown` (a name this server does not serve: 403)."""
+    if header is None:
+        return "ok"  # HTTP/1.0 without a Host: not a browser
+    name = _host_name(header)
+    if not name:
+        return "malformed"
+    if "*" in allowed or _is_ip(name) or name == "localhost" or name.endswith(".localhost"):
+        return "ok"
+    known = any(name == host or (host.startswith("*.") and name.endswith(host[1:])) for host in allowed)
+    return "ok" if known else "unknown"
+
+
 def host_allowed(connection: ASGIConnection, allowed: tuple[str, ...] | list[str] = ()) -> bool:
     """The `Host` names this server: localhost, an IP address, or a name in `allowed`."""
-    header = connection.headers.get("host")
-    if header is None:
-        return True  # HTTP/1.0 without a Host: not a browser
-    name = _host_name(header)
-    if not name or "*" in allowed or _is_ip(name) or name == "localhost" or name.endswith(".localhost"):
-        return bool(name)
-    return any(name == host or (host.startswith("*.") and name.endswith(host[1:])) for host in allowed)
+    return host_verdict(connection.headers.get("host"), allowed) == "ok"
 
 
 def origin_allowed(connection: ASGIConnection, allowed: tuple[str, ...] | list[str] = ()) -> bool:
@@ -115,13 +129,34 @@ def origin_allowed(connection: ASGIConnection, allowed: tuple[str, ...] | list[s
 
 
 HOST_REFUSED = "this server does not serve the host this request names (see --allowed-hosts)"
+HOST_MALFORMED = "Host: must be a host name or address, with an optional numeric port"
+
+
+def check_host(connection: ASGIConnection) -> None:
+    """The `Host` must be well formed (else 400) and one this server serves (else 403). Every
+    HTTP route's guard, and the unknown-route handler (an evil Host learns no route)."""
+    verdict = host_verdict(connection.headers.get("host"), connection.app.state.config.served_hosts)
+    if verdict == "malformed":
+        raise ApiError("bad_message", HOST_MALFORMED, status=400)
+    if verdict == "unknown":
+        raise ApiError("unauthorized", HOST_REFUSED, status=403)
 
 
 def require_known_host(connection: ASGIConnection, _: BaseRouteHandler) -> None:
     """Litestar guard for every HTTP route (the WebSocket checks for itself, to answer with a
-    frame): the `Host` must be one this server serves."""
-    if connection.scope["type"] == "http" and not host_allowed(connection, connection.app.state.config.served_hosts):
-        raise ApiError("unauthorized", HOST_REFUSED, status=403)
+    frame)."""
+    if connection.scope["type"] == "http":
+        check_host(connection)
+
+
+def unknown_route_handler(request: Request, exc: NotFoundException) -> Response:
+    """404, but only for a Host this server serves (route guards never run for an unknown
+    route): an evil or malformed Host learns nothing of the routes."""
+    try:
+        check_host(request)
+    except ApiError as refused:
+        return api_error_handler(request, refused)
+    return http_exception_handler(request, exc)
 
 
 def require_api_key(connection: ASGIConnection, _: BaseRouteHandler) -> None:

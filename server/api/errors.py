@@ -59,10 +59,10 @@ def http_exception_handler(request: Request, exc: HTTPException) -> Response:
     code = {401: "unauthorized", 503: "busy"}.get(status, "internal" if status >= 500 else "invalid_request")
     message = exc.detail or "error"
     if status == 404 and message == "Not Found":
-        message = f"no such route: {request.method} {request.url.path}"
+        message = f"no such route: {request.method} {request.scope['path']}"
     return error_response(code, message, status, headers=getattr(exc, "headers", None))
 
 
 def internal_error_handler(request: Request, exc: Exception) -> Response:
-    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    log.exception("unhandled error on %s %s", request.method, request.scope["path"])
     return error_response("internal", "the server failed on this request", 500)

@@ -92,14 +92,10 @@ def _sse(event: dict) -> bytes:
 async def speech(request: Request, service: SynthesisService, config: ServerConfig) -> Response | Stream:
     received_at = time.perf_counter()  # the engine's timings count from here
     try:
-        body = parse_speech_request(await request.body())
+        body = parse_speech_request(await request.body(), config.max_text_chars, config.max_instructions_chars)
     except p.ProtocolError as exc:
         service.reject(ENDPOINT, exc.code)
         raise ApiError(exc.code, exc.message, field=exc.field) from None
-    if len(body.input) > config.max_text_chars:
-        service.reject(ENDPOINT, "text_too_long")
-        raise ApiError("text_too_long", f"input: {len(body.input)} characters, over the limit of "
-                       f"{config.max_text_chars}", field="input")
     request_id = f"h{next(_request_ids)}"
     fmt = body.response_format
     sse = body.stream_format == "sse"

@@ -32,6 +32,9 @@ from server.streaming.streams import ConnectionStreams
 log = logging.getLogger("chorus.stream")
 _connection_ids = itertools.count(1)
 ENDPOINT = "stream"
+CUT_SHORT = "shutdown: the drain window ended before the rest of this request's audio was sent"
+STOPPING = "shutdown: the server is stopping and this request did not finish within the drain window"
+_ENDS = (p.Done, p.Cancelled, p.ErrorMsg)
 
 
 @dataclass
@@ -122,11 +125,17 @@ class Connection:
                 return
             await asyncio.sleep(max(left, 0.05) if not busy else min(timeout, 1.0))
 
-    async def close(self, code: int, reason: str) -> None:
-        """Send what is queued (for a few seconds), then close the socket (time-bounded)."""
-        self.streams.cancel_all()  # an open stream ends with `cancelled` before the close
-        await self.outbox.close(code, reason)
+    async def close(self, code: int, reason: str, until: float | None = None) -> None:
+        """Send what is queued while the client reads it (up to `until`, loop time; at least a
+        few seconds), then close the socket (time-bounded). A request whose end could not be
+        sent by then ends with `cancelled` and a reason instead."""
+        self.streams.cancel_all(STOPPING if code == 1001 else None)  # a stream ends before the close
+        await self.outbox.close(code, reason, until=until, cut_short=self._cut_short)
         self.open = False
+
+    @staticmethod
+    def _cut_short(client_id: str) -> str:
+        return p.encode(p.Cancelled(client_id, reason=CUT_SHORT))
 
     def _give_up(self) -> None:
         """The client has not read its frames for `--send-timeout`: cancel its requests, close."""
@@ -155,7 +164,7 @@ class Connection:
 
     def _handle(self, text: str) -> None:
         try:
-            message = p.parse_client_message(text)
+            message = p.parse_client_message(text, self.cfg.max_text_chars)
         except p.ProtocolError as exc:
             self._refuse(exc.request_id, exc.code, exc.message, exc.field)
             return
@@ -188,10 +197,7 @@ class Connection:
                          f"not read (limit {self.cfg.max_outbox_bytes}); read them first")
         elif isinstance(msg, p.StreamOpen):
             self.streams.start(msg)
-        elif len(msg.text) > self.cfg.max_text_chars:
-            self._refuse(msg.id, "text_too_long",
-                         f"text: {len(msg.text)} characters, over the limit of {self.cfg.max_text_chars}", "text")
-        else:
+        else:  # (its text's length was checked as the frame was read)
             req = _Request(msg.id, f"{self.prefix}/{msg.id}", msg.encoding, msg.progress, received_at=self.frame_at,
                            sample_rate=msg.sample_rate)
             self.requests[msg.id] = req
@@ -238,12 +244,13 @@ class Connection:
             header = p.AudioHeader(req.client_id, event.chunk, event.final, req.encoder.out_rate, req.encoding,
                                    out.samples, packets=out.packets)
             req.audio_frames += 1
-            self._send_bytes(p.audio_frame(header, out.data))
+            self._send_bytes(p.audio_frame(header, out.data), out.samples / req.encoder.out_rate)
         elif event.outcome == "done":
             timings = p.Timings(event.queue_ms, event.first_audio_ms, event.total_ms)
             self._end(req, p.Done(req.client_id, req.audio_frames, event.audio_seconds, timings))
         elif event.outcome == "cancelled":
-            self._end(req, p.Cancelled(req.client_id))
+            # not asked for by the client: the server is stopping (or gave up on the connection)
+            self._end(req, p.Cancelled(req.client_id, reason=None if req.cancel_requested else STOPPING))
         else:
             self._end(req, p.ErrorMsg(req.client_id, "internal", event.message or "the engine failed on this request"))
 
@@ -262,11 +269,12 @@ class Connection:
 
     def _send(self, message: p.ServerMessage) -> None:
         if self.open:
-            self.outbox.put(p.encode(message))
+            ends = message.id if isinstance(message, _ENDS) else None
+            self.outbox.put(p.encode(message), ends=ends)
 
-    def _send_bytes(self, frame: bytes) -> None:
+    def _send_bytes(self, frame: bytes, audio_seconds: float) -> None:
         if self.open:
-            self.outbox.put(frame)
+            self.outbox.put(frame, audio_seconds)
 
 
 @websocket("/stream")
@@ -275,6 +283,8 @@ async def stream(socket: WebSocket) -> None:
     await Connection(socket, state.service, state.config).serve(state.connections)
 
 
-async def close_all(connections: set[Connection], code: int = 1001, reason: str = "server shutting down") -> None:
-    """Shutdown: every open connection sends what it has queued, then closes."""
-    await asyncio.gather(*(c.close(code, reason) for c in list(connections)), return_exceptions=True)
+async def close_all(connections: set[Connection], code: int = 1001, reason: str = "server shutting down",
+                    until: float | None = None) -> None:
+    """Shutdown: every open connection sends what it has queued to a client that reads it (up
+    to `until`, loop time), then closes."""
+    await asyncio.gather(*(c.close(code, reason, until) for c in list(connections)), return_exceptions=True)

@@ -1,15 +1,17 @@
-"""A server-wide budget of request-body bytes held at once (`--max-bodies-bytes`).
+"""Budgets of request-body bytes held at once (`--max-bodies-bytes`), server-wide and per
+client address (`--max-bodies-bytes-per-client`).
 
-Each HTTP request reserves its `Content-Length` before a byte of it is read (a body sent
-chunked reserves as it arrives) and gives it back when its handler returns. A request the
-budget cannot fit gets `503 busy` with `Retry-After`, so stalled or slow uploads cannot add
-up to more memory than the budget, whoever sends them.
+A body is charged as its bytes arrive, never on what its `Content-Length` declares (a
+socket that declares 16 MiB and sends one byte holds one byte), and given back when its
+handler returns. A chunk the budgets cannot fit ends its request with `503 busy` and
+`Retry-After`, so stalled or slow uploads cannot add up to more memory than the budget, and
+one client's uploads cannot take all of it.
 """
 
 from __future__ import annotations
 
-import json
 import logging
+from collections import Counter
 
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -17,40 +19,28 @@ log = logging.getLogger("chorus.net")
 
 
 class BodyBudget:
-    def __init__(self, max_bytes: int):
+    def __init__(self, max_bytes: int, max_per_client: int | None = None):
         self.max_bytes = max_bytes
+        self.max_per_client = max_bytes if max_per_client is None else max_per_client
         self.held = 0
+        self.by_client: Counter[str] = Counter()
 
-    def take(self, n: int) -> bool:
-        if self.held + n > self.max_bytes:
+    def take(self, n: int, client: str = "") -> bool:
+        if self.held + n > self.max_bytes or self.by_client[client] + n > self.max_per_client:
             return False
         self.held += n
+        self.by_client[client] += n
         return True
 
-    def give(self, n: int) -> None:
+    def give(self, n: int, client: str = "") -> None:
         self.held -= n
+        self.by_client[client] -= n
+        if self.by_client[client] <= 0:
+            del self.by_client[client]
 
 
 class BodyBudgetExceeded(Exception):
-    """A chunked body grew past what the budget had left (the handler answers 503)."""
-
-
-def _content_length(scope: Scope) -> int | None:
-    for name, value in scope["headers"]:
-        if name == b"content-length":
-            try:
-                return max(int(value), 0)
-            except ValueError:
-                return None
-    return None
-
-
-async def _send_busy(send: Send, message: str) -> None:
-    body = json.dumps({"error": {"code": "busy", "message": message}}).encode()
-    await send({"type": "http.response.start", "status": 503,
-                "headers": [(b"content-type", b"application/json"), (b"retry-after", b"1"),
-                            (b"content-length", str(len(body)).encode()), (b"connection", b"close")]})
-    await send({"type": "http.response.body", "body": body})
+    """A body grew past what the budgets had left (the handler answers 503)."""
 
 
 BUSY = "the server is receiving too many request bodies at once; try again later"
@@ -64,19 +54,17 @@ def body_budget_middleware(budget: BodyBudget):
             if scope["type"] != "http":
                 await app(scope, receive, send)
                 return
-            declared = _content_length(scope)
-            held = declared or 0
-            if held and not budget.take(held):
-                log.warning("refusing a request body: the budget is spent",
-                            extra={"body_bytes": held, "held_bytes": budget.held, "limit": budget.max_bytes})
-                await _send_busy(send, BUSY)
-                return
+            client = scope["client"][0] if scope.get("client") else ""
+            held = 0
 
             async def counted() -> Message:
                 nonlocal held
                 message = await receive()
-                if declared is None and message["type"] == "http.request" and (n := len(message.get("body", b""))):
-                    if not budget.take(n):
+                if message["type"] == "http.request" and (n := len(message.get("body", b""))):
+                    if not budget.take(n, client):
+                        log.warning("refusing a request body: the budget is spent",
+                                    extra={"body_bytes": held + n, "held_bytes": budget.held,
+                                           "client_bytes": budget.by_client[client], "limit": budget.max_bytes})
                         raise BodyBudgetExceeded(BUSY)
                     held += n
                 return message
@@ -84,7 +72,7 @@ def body_budget_middleware(budget: BodyBudget):
             try:
                 await app(scope, counted, send)
             finally:
-                budget.give(held)
+                budget.give(held, client)
 
         return middleware
 

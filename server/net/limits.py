@@ -15,6 +15,13 @@ class NetLimits:
     body_timeout: float  # s from the last header to the body's last byte
     send_timeout: float  # s a peer may take none of what we send (also while closing)
     backlog: int = 2048  # listen queue, and the most sockets asyncio accepts in one go
+    max_connections_per_client: int | None = None  # one peer address; None: a quarter of max_connections
+
+
+def per_client_cap(max_connections: int, requested: int | None) -> int:
+    """Connections one peer address may hold: `requested`, else a quarter of the cap (at
+    least one), never more than the cap."""
+    return min(max_connections, requested or max(1, max_connections // 4))
 
 
 def fd_soft_limit() -> int:

@@ -39,6 +39,7 @@ from server.streaming.segmenter import Segmenter
 
 log = logging.getLogger("chorus.stream")
 ENDPOINT = "stream"
+STOPPING = "shutdown: the server is stopping and this stream did not finish within the drain window"
 # The stream cuts its text itself: each segment is one engine chunk, whatever chunk_threshold
 # (its largest value; a segment is at most a few hundred characters, far below it) or fast
 # start's first_chunk_seconds (off) say.
@@ -51,7 +52,7 @@ class Outlet:
     """How a stream talks to its connection."""
 
     send: Callable[[Struct], None]
-    send_bytes: Callable[[bytes], None]
+    send_bytes: Callable[[bytes, float], None]  # an audio frame, and the seconds of audio it carries
     ended: Callable[[StreamSession], None]  # the stream sent its end; forget it
 
 
@@ -88,6 +89,7 @@ class StreamSession:
         self.segments: list[_Segment] = []
         self.head = 0  # the segment whose audio is being sent
         self.running = 0  # segments submitted and not finished
+        self.planned_s = 0.0  # audio the submitted segments plan, together (the engine's estimate)
         self.offset = 0  # samples sent so far
         self.frames = 0
         self.out_rate = service.sample_rate  # of the audio sent (the encoder's output rate)
@@ -132,8 +134,9 @@ class StreamSession:
         if self._refuse_after_close("stream_append"):
             return
         self._rearm_idle()
+        if self._over_buffer(len(text)):  # before the segmenter reads any of it
+            return
         self.pending.extend(self.segmenter.feed(text))
-        self._check_buffer()
         self._pump()
 
     def flush(self) -> None:
@@ -151,9 +154,10 @@ class StreamSession:
         self.pending.extend(self.segmenter.flush())
         self._pump()
 
-    def cancel(self) -> None:
-        """`cancel`, a disconnect or shutdown: stop every segment, answer `cancelled`."""
-        self._end(p.Cancelled(self.id))
+    def cancel(self, reason: str | None = None) -> None:
+        """`cancel`, a disconnect or shutdown: stop every segment, answer `cancelled` (with
+        `reason` when the client did not ask for it)."""
+        self._end(p.Cancelled(self.id, reason=reason))
 
     # ---- segments in ----------------------------------------------------------------------
 
@@ -182,6 +186,9 @@ class StreamSession:
             self._end(p.ErrorMsg(self.id, exc.code, f"segment {index}: {exc.message}"))
             return
         seg.planned_s = sum(accepted.target_seconds)
+        if self._over_audio_cap(seg, seg.planned_s):
+            return
+        self.planned_s += seg.planned_s
         self.segments.append(seg)
         self.running += 1
 
@@ -198,13 +205,29 @@ class StreamSession:
             self.voice = VoicePrompt(tokens=event.tokens, text=self.segments[0].text, rms=None)
             self._pump()
 
-    def _check_buffer(self) -> None:
-        buffered = self.segmenter.buffered + sum(len(t) for t in self.pending)
+    def _over_buffer(self, arriving: int) -> bool:
+        """Would `arriving` more characters take the text waiting over its limit? Then end."""
+        buffered = self.segmenter.buffered + sum(len(t) for t in self.pending) + arriving
         if buffered > self.limits.max_buffered_chars:
             self._end(p.ErrorMsg(self.id, "stream_too_long",
                                  f"text: {buffered} characters waiting to be spoken, over the limit of "
                                  f"{self.limits.max_buffered_chars}; send text no faster than it is spoken",
                                  "text"))
+        return buffered > self.limits.max_buffered_chars
+
+    def _over_audio_cap(self, seg: _Segment, planned: float) -> bool:
+        """Would this segment take the stream's planned audio over `--max-audio-seconds`
+        (one cap for a stream as for a request)? Then cancel it and end the stream."""
+        cap = self.limits.max_audio_seconds
+        total = self.planned_s + planned
+        if cap is None or total <= cap:
+            return False
+        self.service.cancel(seg.request_id)
+        self._end(p.ErrorMsg(self.id, "stream_too_long",
+                             f"segment {seg.index}: the stream's audio would reach {total:.0f} s, over this "
+                             f"server's limit of {cap:g} s for one stream (shorten the text, or raise speed "
+                             "or lower duration)"))
+        return True
 
     # ---- audio out ----------------------------------------------------------------------
 
@@ -227,7 +250,7 @@ class StreamSession:
             self._advance()
             self._pump()
         elif event.outcome == "cancelled":  # not asked for by this stream: the server is stopping
-            self._end(p.Cancelled(self.id))
+            self._end(p.Cancelled(self.id, reason=STOPPING))
         else:
             self._end(p.ErrorMsg(self.id, "internal", f"segment {seg.index}: "
                                  f"{event.message or 'the engine failed on this segment'}"))
@@ -244,7 +267,7 @@ class StreamSession:
         samples = out.samples
         header = StreamAudioHeader(self.id, event.chunk, event.final, seg.encoder.out_rate, self.msg.encoding,
                                    samples, packets=out.packets, segment=seg.index, offset_samples=self.offset)
-        self.outlet.send_bytes(p.audio_frame(header, out.data))
+        self.outlet.send_bytes(p.audio_frame(header, out.data), samples / seg.encoder.out_rate)
         self.offset += samples
         seg.samples += samples
         self.frames += 1

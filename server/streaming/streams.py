@@ -19,7 +19,7 @@ RECENT_ENDS = 256  # ids of streams that ended lately: their late frames are dro
 
 class ConnectionStreams:
     def __init__(self, service: SynthesisService, limits: StreamLimits, prefix: str, *,
-                 send: Callable, send_bytes: Callable[[bytes], None],
+                 send: Callable, send_bytes: Callable[[bytes, float], None],
                  refuse: Callable[[str | None, str, str, str | None], None]):
         self.service = service
         self.limits = limits
@@ -62,9 +62,9 @@ class ConnectionStreams:
             session.cancel()
         return session is not None
 
-    def cancel_all(self) -> None:
+    def cancel_all(self, reason: str | None = None) -> None:
         for session in list(self.open.values()):
-            session.cancel()
+            session.cancel(reason)
 
     def _ended(self, session: StreamSession) -> None:
         if self.open.get(session.id) is session:

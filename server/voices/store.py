@@ -16,7 +16,7 @@ from typing import Protocol
 
 import msgspec
 
-VOICE_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
+VOICE_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,63}\Z")
 
 
 class LibraryFull(Exception):

@@ -1,7 +1,8 @@
 """Encoding reference voices off the step's critical path.
 
 `create_voice_clone_prompt` runs on worker threads of its own (on a GPU each with its own CUDA
-stream), `workers` clips at a time, the rest queued in arrival order.
+stream), `workers` clips at a time, the rest queued in arrival order; on a CPU each worker runs
+one intra-op thread, so encodes add at most `workers` busy threads beside the step loop's pool.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from server.engine.model.worker_streams import WorkerStreams
 from server.engine.types import VoicePrompt
 
 ENCODE_WORKERS = 2
+CPU_THREADS_PER_WORKER = 1
 
 
 class VoiceEncoder:
@@ -31,6 +33,8 @@ class VoiceEncoder:
 
     def _encode(self, audio: np.ndarray, sample_rate: int, text: str | None) -> VoicePrompt:
         torch.set_grad_enabled(False)
+        if self.device.type == "cpu":
+            torch.set_num_threads(CPU_THREADS_PER_WORKER)  # this worker's own pool, not the step loop's
         stream = self._streams.current()
         if stream is None:
             return self.codec.encode_voice(audio, sample_rate, text)
