@@ -15,6 +15,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from importlib.metadata import PackageNotFoundError, version
 
 from litestar import Litestar, Router
 from litestar.config.cors import CORSConfig
@@ -31,6 +32,7 @@ from server.api.errors import (
     http_exception_handler,
     internal_error_handler,
 )
+from server.api.schema_page import openapi_config
 from server.audio_io import AudioLimits
 from server.builtin_voices import model_key
 from server.config import ServerConfig
@@ -42,6 +44,13 @@ from server.service import Engine, SynthesisService
 from server.voices import open_voice_library
 
 log = logging.getLogger("chorus.app")
+
+
+def _package_version() -> str:
+    try:
+        return version("chorus-tts")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 async def load_engines(cfg: ServerConfig) -> Engine:
@@ -104,7 +113,7 @@ def create_app(cfg: ServerConfig, engine: Engine | None = None, owns_engine: boo
             ops.healthz, ops.readyz, ops.metrics,
             Router("/v1", guards=[require_api_key], route_handlers=[
                 stream.stream,
-                speech.speech, speech.list_models,
+                speech.speech, speech.list_models, speech.retrieve_model,
                 voices.create_voice, voices.list_voices, voices.get_voice, voices.delete_voice,
             ]),
             *web_route_handlers(cfg),
@@ -126,7 +135,7 @@ def create_app(cfg: ServerConfig, engine: Engine | None = None, owns_engine: boo
         cors_config=cors,
         middleware=[body_budget_middleware(BodyBudget(cfg.max_bodies_bytes))],
         request_max_body_size=cfg.max_body_bytes,
-        openapi_config=None,
+        openapi_config=openapi_config("Chorus", _package_version()),
         logging_config=None,  # logging is configured once, by the command line
     )
 

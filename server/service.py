@@ -34,7 +34,7 @@ from server.engine.types import (
     VoicePrompt,
 )
 from server.metrics import Metrics
-from server.voices import LibraryFull, VoiceInfo, VoiceLibrary
+from server.voices import LibraryFull, NameTaken, VoiceInfo, VoiceLibrary
 
 log = logging.getLogger("chorus.service")
 
@@ -304,6 +304,8 @@ class SynthesisService:
             info = await asyncio.to_thread(self.voices.add, name, prompt.text, seconds, blob)
         except LibraryFull as exc:
             raise ServiceError("invalid_request", str(exc)) from None
+        except NameTaken as exc:
+            raise ServiceError("name_taken", str(exc), "name") from None
         log.info("voice added", extra={"voice": info.id, "seconds": info.seconds})
         return info
 

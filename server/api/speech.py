@@ -90,6 +90,10 @@ def _sse(event: dict) -> bytes:
 
 @post("/audio/speech", status_code=200)
 async def speech(request: Request, service: SynthesisService, config: ServerConfig) -> Response | Stream:
+    """OpenAI's speech endpoint. JSON body: `model` (any name), `input`, `voice` (a built-in
+    name, a library voice's id or name, or null), `instructions`, `response_format` (mp3, opus,
+    aac, flac, wav, pcm), `speed`, `stream_format` (`audio` or `sse`), plus OmniVoice's options
+    at the top level (`language`, `num_step`, `guidance_scale`, `seed`, ...: docs/protocol.md)."""
     received_at = time.perf_counter()  # the engine's timings count from here
     try:
         body = parse_speech_request(await request.body())
@@ -206,3 +210,14 @@ async def list_models(service: SynthesisService) -> ModelList:
     """OpenAI's model list: the served model. Any `model` name is accepted by the speech
     endpoint (clients send `tts-1`, `gpt-4o-mini-tts`...); all of them mean this one."""
     return ModelList([ModelCard(service.model_name, created=STARTED_AT)])
+
+
+@get("/models/{model_id:path}")
+async def retrieve_model(model_id: str, service: SynthesisService) -> ModelCard:
+    """OpenAI's `models.retrieve`: the served model by its id (ids hold slashes, as
+    `k2-fsa/OmniVoice`); any other id is 404 in OpenAI's error shape (`model_not_found`)."""
+    model_id = model_id.lstrip("/")
+    if model_id != service.model_name:
+        raise ApiError("model_not_found", f"model: no model {model_id!r}; this server serves "
+                       f"{service.model_name!r}", status=404, field="model")
+    return ModelCard(service.model_name, created=STARTED_AT)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from server.voices.postgres import PostgresVoiceStore
 from server.voices.sqlite import VoiceStore
-from server.voices.store import VOICE_ID, LibraryFull, VoiceInfo, VoiceLibrary, check_room, slug
+from server.voices.store import VOICE_ID, LibraryFull, NameTaken, VoiceInfo, VoiceLibrary, check_room, slug
 
-__all__ = ["VOICE_ID", "LibraryFull", "PostgresVoiceStore", "VoiceInfo", "VoiceLibrary", "VoiceStore",
+__all__ = ["VOICE_ID", "LibraryFull", "NameTaken", "PostgresVoiceStore", "VoiceInfo", "VoiceLibrary", "VoiceStore",
            "check_room", "open_voice_library", "slug"]
 
 

@@ -13,7 +13,7 @@ import secrets
 import threading
 import time
 
-from server.voices.store import VOICE_ID, VoiceInfo, check_room, slug
+from server.voices.store import VOICE_ID, NameTaken, VoiceInfo, check_room, same_name, slug
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS chorus_voices (
@@ -55,6 +55,10 @@ class PostgresVoiceStore:
             count, stored = self._conn.execute(
                 "SELECT count(*), coalesce(sum(octet_length(blob)), 0) FROM chorus_voices").fetchone()
             check_room(int(count), int(stored), len(blob), self.max_voices, self.max_bytes)
+            if name is not None:  # under the add lock: two replicas cannot both take a name
+                for row in self._conn.execute(f"SELECT {_COLUMNS} FROM chorus_voices"):
+                    if same_name(row[1], name):
+                        raise NameTaken(VoiceInfo(*row))
             while True:
                 voice_id = f"{base}-{secrets.token_hex(4)}"
                 info = VoiceInfo(voice_id, name or voice_id, text, round(float(seconds), 3), int(time.time()))

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from server.voices.store import VOICE_ID, VoiceInfo, check_room, slug
+from server.voices.store import VOICE_ID, NameTaken, VoiceInfo, check_room, same_name, slug
 
 log = logging.getLogger("chorus.voices")
 
@@ -88,6 +88,10 @@ class VoiceStore:
         with self._lock:
             count = self._db.execute("SELECT count(*) FROM voices").fetchone()[0]
             check_room(count, self._stored_bytes(), len(blob), self.max_voices, self.max_bytes)
+            if name is not None:
+                for row in self._db.execute("SELECT * FROM voices"):
+                    if same_name(row[1], name):
+                        raise NameTaken(VoiceInfo(*row))
             while True:
                 voice_id = f"{base}-{secrets.token_hex(4)}"
                 if self._db.execute("SELECT 1 FROM voices WHERE id = ?", (voice_id,)).fetchone() is None:

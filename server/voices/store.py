@@ -34,6 +34,20 @@ def check_room(count: int, stored_bytes: int, new_bytes: int, max_voices: int | 
                           f"{max_bytes}); delete a voice first")
 
 
+class NameTaken(Exception):
+    """A voice already has this name (names are unique, compared case-blind, so a name
+    always finds one voice); `existing` is that voice."""
+
+    def __init__(self, existing: VoiceInfo):
+        super().__init__(f"name: {existing.name!r} is already the name of voice {existing.id!r}; "
+                         "choose another name, or delete that voice first")
+        self.existing = existing
+
+
+def same_name(a: str, b: str) -> bool:
+    return a.strip().casefold() == b.strip().casefold()
+
+
 class VoiceInfo(msgspec.Struct, frozen=True):
     """What clients see of a voice (`POST/GET /v1/voices`)."""
 
@@ -74,7 +88,8 @@ class VoiceLibrary(Protocol):
     max_bytes: int | None
 
     def add(self, name: str | None, text: str, seconds: float, blob: bytes) -> VoiceInfo:
-        """Store an encoded voice under a new id; `LibraryFull` past a limit."""
+        """Store an encoded voice under a new id; `LibraryFull` past a limit, `NameTaken`
+        when another voice has the name."""
         ...
 
     def get(self, voice_id: str) -> VoiceInfo | None: ...
