@@ -44,7 +44,7 @@ $("reset-knobs").addEventListener("click", () => knobs.reset());
 knobs.changed();
 
 const api = new VoicesApi(() => key.headers());
-const library = new VoiceLibrary(api, () => errors.clear("voice"));
+const library = new VoiceLibrary(api, () => errors.clear("voice"), Boolean(boot.asr));
 const queue = new PlaybackQueue();
 $("play-one-at-a-time").addEventListener("change", (ev) => {
   queue.oneAtATime = ev.target.checked;
@@ -374,18 +374,33 @@ const live = new LiveSession({
   nextId,
   request: () => {
     errors.clearAll();
-    const picked = requestFields(0);
-    return picked && picked.fields;
+    return requestFields(0);
   },
   onError: (msg) => serverError(msg, null, { live: true }),
   stopOthers: () => queue.pause(),
+  onFinished: (rec) => liveResult(rec),
 });
+
+// A finished live stream as a result card: replay, WAV, and captions from its segments.
+function liveResult({ chunks, sampleRate, cues, text, label, done }) {
+  const id = nextId("live-result");
+  const title = text.replace(/\s+/g, " ").slice(0, 80) + (text.length > 80 ? "…" : "");
+  const summary = { title: `Live · ${title}`, fullText: text,
+                    meta: [label, languageLabel(), `${cues.length} segment${cues.length === 1 ? "" : "s"}`].join(" · ") };
+  const job = new Job(id, state.seq, summary, { cancel: cancelJob, remove: removeJob, announce, queue, downloadMp3 });
+  job.live = true;
+  state.jobs.set(id, job);
+  job.mount($("job-list"));
+  job.fromRecording(chunks, sampleRate, cues, done);
+  updateJobsUi();
+}
 
 const composeMode = () => document.querySelector('input[name="compose-mode"]:checked').value;
 function setComposeMode(mode) {
   $("text-field").hidden = mode !== "text";
   $("live-field").hidden = mode !== "live";
   $("generate").closest(".actions").hidden = mode !== "text";
+  knobs.setLive(mode === "live");
   if (mode === "text" && live.state === "open") live.close();
 }
 for (const radio of document.querySelectorAll('input[name="compose-mode"]')) {

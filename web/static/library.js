@@ -20,7 +20,10 @@ function blobToBase64(blob) {
 
 export class VoiceLibrary {
   // api: VoicesApi; onPicked(): a voice was picked (clears the voice error)
-  constructor(api, onPicked) {
+  // transcribes: the server has a speech recogniser (`--asr-model`), so a clip may come
+  // without its transcript
+  constructor(api, onPicked, transcribes = false) {
+    this.transcribes = transcribes;
     this.api = api;
     this.onPicked = onPicked;
     this.loaded = false;
@@ -272,6 +275,15 @@ export class VoiceLibrary {
     this.hideFormErrors();
     if (!this.requireClip()) return;
     const text = $("voice-text").value.trim();
+    if (!text && !this.transcribes) {
+      // Asked now, not at Generate: a clip used once travels with its transcript.
+      $("voice-text-error").textContent =
+        "Type what the clip says: a clip used once needs its transcript (this server does not transcribe).";
+      $("voice-text-error").hidden = false;
+      $("voice-text").setAttribute("aria-invalid", "true");
+      $("voice-text").focus();
+      return;
+    }
     const label = `Unsaved clip · ${$("voice-name").value.trim() || this.clip.filename}`;
     this.once = { reference: { audio: await blobToBase64(this.clip.blob), text: text || null }, label };
     this.resetForm();
