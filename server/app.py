@@ -37,6 +37,7 @@ from server.audio_io import AudioLimits
 from server.builtin_voices import model_key
 from server.config import ServerConfig
 from server.hold_gate import hold_from_env
+from server.kept_voices import KeepPolicy
 from server.memtrim import trim_when_idle
 from server.metrics import Metrics
 from server.net.bodies import BodyBudget, BodyBudgetExceeded, body_budget_middleware
@@ -77,6 +78,7 @@ def create_app(cfg: ServerConfig, engine: Engine | None = None, owns_engine: boo
         app.state.service = SynthesisService(
             running, store, Metrics(), max_queue=cfg.max_queue, asr_available=bool(cfg.asr_model),
             audio_limits=AudioLimits(max_bytes=cfg.max_reference_bytes, max_seconds=cfg.max_reference_seconds),
+            keep=KeepPolicy(cfg.kept_voice_ttl, cfg.max_kept_voices),
         )
         app.state.service.builtins.model_key = await asyncio.to_thread(model_key, cfg.model, running.model_name)
         app.state.ready = True
@@ -106,7 +108,8 @@ def create_app(cfg: ServerConfig, engine: Engine | None = None, owns_engine: boo
         cors = CORSConfig(allow_origins=["*"] if "*" in cfg.allowed_origins else list(cfg.allowed_origins),
                           allow_methods=["GET", "POST", "DELETE"], allow_headers=["Authorization", "Content-Type"],
                           expose_headers=["X-Request-Id", "X-Sample-Rate", "Retry-After",
-                                          "X-Chorus-Instructions", "X-Chorus-Ignored-Instructions"])
+                                          "X-Chorus-Instructions", "X-Chorus-Ignored-Instructions",
+                                          "X-Chorus-Voice-Id"])
 
     return Litestar(
         route_handlers=[

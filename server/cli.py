@@ -96,6 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="voices the library may hold (default 1000)")
     serve.add_argument("--max-voices-bytes", type=size, default="256M",
                        help="stored voice data the library may hold, all voices together (default 256M)")
+    serve.add_argument("--kept-voice-ttl", type=positive_float, default=86400.0,
+                       help="seconds a voice kept by a request's keep_voice stays usable (default 86400: a day)")
+    serve.add_argument("--max-kept-voices", type=positive_int, default=1000,
+                       help="kept voices the library holds at most; a new one replaces the one closest to expiry")
     serve.add_argument("--idle-timeout", type=non_negative_float, default=300.0,
                        help="close a WebSocket idle this many seconds with nothing in flight (0: never; default 300)")
     serve.add_argument("--drain-seconds", type=non_negative_float, default=30.0,
@@ -197,6 +201,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     cfg.max_reference_seconds = args.max_reference_seconds
     cfg.max_voices = args.max_voices
     cfg.max_voices_bytes = args.max_voices_bytes
+    cfg.kept_voice_ttl = args.kept_voice_ttl
+    cfg.max_kept_voices = args.max_kept_voices
     cfg.idle_timeout = args.idle_timeout
     cfg.drain_seconds = args.drain_seconds
     cfg.stream = StreamLimits(args.stream_idle_seconds, args.stream_max_buffered_chars, args.stream_max_segments,

@@ -33,6 +33,7 @@ from server.engine.types import (
     SynthesisRequest,
     VoicePrompt,
 )
+from server.kept_voices import KeepPolicy, KeptVoice
 from server.metrics import Metrics
 from server.voices import LibraryFull, NameTaken, VoiceInfo, VoiceLibrary
 
@@ -106,13 +107,15 @@ class _Job:
 
 class SynthesisService:
     def __init__(self, engine: Engine, voices: VoiceLibrary, metrics: Metrics, *,
-                 max_queue: int, asr_available: bool = False, audio_limits: AudioLimits = AudioLimits()):
+                 max_queue: int, asr_available: bool = False, audio_limits: AudioLimits = AudioLimits(),
+                 keep: KeepPolicy | None = None):
         self.engine = engine
         self.voices = voices
         self.metrics = metrics
         self.max_queue = max_queue
         self.asr_available = asr_available
         self.audio_limits = audio_limits
+        self.keep_policy = keep or KeepPolicy()
         self.draining = False
         self._jobs: dict[str, _Job] = {}
         self._idle = asyncio.Event()
@@ -132,6 +135,10 @@ class SynthesisService:
     def engines(self) -> list[Any]:
         """Each device's engine (for metrics and readiness)."""
         return list(self.engine.engines)
+
+    def keeper(self) -> KeptVoice:
+        """A `keep_voice` ticket for one request or stream."""
+        return KeptVoice(self.voices, self.keep_policy, self.engines[0].frame_rate)
 
     @property
     def inflight(self) -> int:

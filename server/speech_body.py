@@ -38,6 +38,7 @@ class SpeechRequest(Options, forbid_unknown_fields=True, kw_only=True):
     response_format: SpeechFormat = "mp3"
     stream_format: Literal["audio", "sse"] | None = None  # sse: OpenAI's speech.audio.* events
     language: str | None = None
+    keep_voice: bool = False  # keep this speaker: its id in `X-Chorus-Voice-Id` (and sse's done event)
 
     @property
     def voice_name(self) -> str | None:

@@ -36,6 +36,7 @@ from server.engine.types import (
     VoicePrompt,
 )
 from server.instructions import header_value, map_instructions
+from server.kept_voices import KeepFailed
 from server.service import ServiceError, SynthesisService
 from server.speech_body import parse_speech_request
 
@@ -46,6 +47,7 @@ AUDIO_TOKENS_PER_SECOND = 25
 STARTED_AT = int(time.time())
 IGNORED_HEADER = "X-Chorus-Ignored-Instructions"
 USED_HEADER = "X-Chorus-Instructions"
+VOICE_HEADER = "X-Chorus-Voice-Id"  # `keep_voice`: the kept voice
 
 
 # the engine names fields as the WebSocket spells them; say them as this endpoint does
@@ -120,7 +122,8 @@ async def speech(request: Request, service: SynthesisService, config: ServerConf
             options=p.generation_options(body), progress=False,
         )
         events: asyncio.Queue = asyncio.Queue()
-        accepted = service.submit(synth, events.put_nowait, ENDPOINT)
+        kept = service.keeper() if body.keep_voice else None
+        accepted = service.submit(synth, events.put_nowait, ENDPOINT, kept.on_tokens if kept else None)
     except ServiceError as exc:
         raise _http_error(exc) from None
 
@@ -137,6 +140,12 @@ async def speech(request: Request, service: SynthesisService, config: ServerConf
         raise
     if isinstance(first, Finished):
         return _failure(first)
+    if kept is not None:  # its write started with the first chunk's tokens, before this audio
+        try:
+            headers[VOICE_HEADER] = await kept.voice_id()
+        except KeepFailed as exc:
+            service.cancel(request_id)
+            return error_response("internal", str(exc), 500, field="keep_voice")
     rate = first.sample_rate
     media_type = "text/event-stream" if sse else MEDIA_TYPES[fmt]
     if not sse and (fmt == "flac" or (fmt in ("wav", "pcm") and first.final)):
@@ -176,8 +185,11 @@ async def speech(request: Request, service: SynthesisService, config: ServerConf
                     yield _sse({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()})
                 # usage: input words and output codec frames (OmniVoice's audio tokens, 25 a second)
                 words, tokens = len(body.input.split()), round(frames[0] * AUDIO_TOKENS_PER_SECOND)
-                yield _sse({"type": "speech.audio.done",
-                            "usage": {"input_tokens": words, "output_tokens": tokens, "total_tokens": words + tokens}})
+                done = {"type": "speech.audio.done",
+                        "usage": {"input_tokens": words, "output_tokens": tokens, "total_tokens": words + tokens}}
+                if VOICE_HEADER in headers:
+                    done["voice_id"] = headers[VOICE_HEADER]
+                yield _sse(done)
             ended = True
         finally:
             if not ended:

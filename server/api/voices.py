@@ -67,8 +67,11 @@ async def create_voice(request: Request, service: SynthesisService, config: Serv
 
 @get("/voices")
 async def list_voices(service: SynthesisService) -> VoiceList:
-    """The built-in voices (OpenAI's names, `"builtin": true`) first, then the library's."""
-    return VoiceList(service.builtins.infos() + await asyncio.to_thread(service.voices.list))
+    """The built-in voices (OpenAI's names, `"builtin": true`) first, then the uploaded ones,
+    then those kept by requests (`keep_voice`: `"kept": true` and their `expires_at`)."""
+    library = await asyncio.to_thread(service.voices.list)
+    uploaded = [voice for voice in library if not voice.kept]
+    return VoiceList(service.builtins.infos() + uploaded + [voice for voice in library if voice.kept])
 
 
 @get("/voices/{voice_id:str}")

@@ -399,7 +399,7 @@ class EngineLoop:
         state = done.state
         if state.finished:
             return
-        self._emit(state, ChunkTokens(state.request_id, done.index, done.tokens))
+        self._emit(state, ChunkTokens(state.request_id, done.index, done.tokens, state.plan.chunks[done.index].text))
         state.raw_audio[done.index] = None if done.post_processed else done.audio
         if done.post_processed:
             self._send_audio(state, done.index, done.audio, final=done.index == state.num_chunks - 1)

@@ -32,6 +32,7 @@ from server.engine.types import (
     SynthesisRequest,
     VoicePrompt,
 )
+from server.kept_voices import KeepFailed, KeptVoice
 from server.options import BY_NAME
 from server.service import ServiceError, SynthesisService
 from server.streaming.frames import SegmentMsg, StreamAudioHeader, StreamProgressMsg
@@ -82,6 +83,8 @@ class StreamSession:
         self.options = replace(p.generation_options(msg.options), chunk_threshold=NO_CHUNKING_S,
                                first_chunk_seconds=None)
         self.chained = msg.voice is None and msg.reference is None
+        self.kept: KeptVoice | None = service.keeper() if msg.keep_voice else None
+        self.finishing = False  # `done` is waiting for the kept voice's id
         self.voice: VoicePrompt | None = None
         self.voice_ready = False
         self.pending: deque[str] = deque()  # complete segments not yet submitted
@@ -175,7 +178,7 @@ class StreamSession:
         request = SynthesisRequest(request_id=seg.request_id, text=text, language=self.msg.language,
                                    instruct=self.msg.instruct, voice=self.voice, options=options,
                                    due_at=self._due_at(), progress=self.msg.progress)
-        on_tokens = self._first_tokens if self.chained and index == 0 else None
+        on_tokens = self._first_tokens if index == 0 and (self.chained or self.kept) else None
         try:
             accepted = self.service.submit(request, lambda event: self._on_event(seg, event), ENDPOINT, on_tokens)
         except ServiceError as exc:
@@ -194,7 +197,11 @@ class StreamSession:
         return self.first_audio_at + before
 
     def _first_tokens(self, event: ChunkTokens) -> None:
-        if event.chunk == 0 and self.voice is None:
+        """Segment 0's tokens: the voice of the rest (automatic and design modes) and, with
+        `keep_voice`, the voice kept: one prompt, so later requests sound like this stream."""
+        if self.kept is not None and event.chunk == 0:
+            self.kept.keep(event.tokens, self.segments[0].text)
+        if self.chained and event.chunk == 0 and self.voice is None:
             self.voice = VoicePrompt(tokens=event.tokens, text=self.segments[0].text, rms=None)
             self._pump()
 
@@ -262,11 +269,29 @@ class StreamSession:
                 nxt.held.clear()
 
     def _maybe_done(self) -> None:
-        if (self.closed and not self.ended and self.voice_ready and not self.pending
+        if (self.closed and not self.ended and not self.finishing and self.voice_ready and not self.pending
                 and self.head == len(self.segments) and self.segmenter.buffered == 0):
             total_ms = round((time.perf_counter() - self.opened_at) * 1000.0, 3)
-            self._end(p.Done(self.id, self.frames, round(self.offset / self.out_rate, 4),
-                             p.Timings(self.queue_ms, self.first_audio_ms, total_ms)))
+            done = p.Done(self.id, self.frames, round(self.offset / self.out_rate, 4),
+                          p.Timings(self.queue_ms, self.first_audio_ms, total_ms))
+            if self.kept is None:
+                self._end(done)
+            else:
+                self.finishing = True
+                self._task = asyncio.create_task(self._end_keeping(done))
+
+    async def _end_keeping(self, done: p.Done) -> None:
+        """`done` with the kept voice's id (its write started with segment 0's tokens)."""
+        if not self.kept.started:
+            self._end(p.ErrorMsg(self.id, "invalid_request", "keep_voice: the stream spoke no text, so it "
+                                 "has no voice to keep", "keep_voice"))
+            return
+        try:
+            done.voice_id = await self.kept.voice_id()
+        except KeepFailed as exc:
+            self._end(p.ErrorMsg(self.id, "internal", str(exc), "keep_voice"))
+            return
+        self._end(done)
 
     # ---- ending -------------------------------------------------------------------------
 

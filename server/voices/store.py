@@ -19,6 +19,14 @@ import msgspec
 VOICE_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
 
 
+KEPT_PREFIX = "kept"  # kept voices' ids: kept-<hex>
+
+
+def live(info: VoiceInfo, now: float) -> bool:
+    """Not a kept voice past its expiry (expired ones are swept at the next keep)."""
+    return info.expires_at is None or info.expires_at > now
+
+
 class LibraryFull(Exception):
     """The library is at its voice count or storage limit; the message is for the client."""
 
@@ -57,6 +65,8 @@ class VoiceInfo(msgspec.Struct, frozen=True):
     seconds: float
     created_at: int  # unix seconds
     builtin: bool = False  # OpenAI's names (alloy...): made by the server, not deletable
+    kept: bool = False  # made by a request's `keep_voice`: its own cap, gone at `expires_at`
+    expires_at: int | None = None  # unix seconds (kept voices only)
 
 
 # control (NUL, newlines...), format (bidi overrides, zero-width...), surrogates, line and
@@ -90,6 +100,11 @@ class VoiceLibrary(Protocol):
     def add(self, name: str | None, text: str, seconds: float, blob: bytes) -> VoiceInfo:
         """Store an encoded voice under a new id; `LibraryFull` past a limit, `NameTaken`
         when another voice has the name."""
+        ...
+
+    def add_kept(self, text: str, seconds: float, blob: bytes, expires_at: int, max_kept: int) -> VoiceInfo:
+        """Store a voice a request produced (`keep_voice`), removing expired kept voices and,
+        past `max_kept`, the ones closest to expiry (uploads are never touched)."""
         ...
 
     def get(self, voice_id: str) -> VoiceInfo | None: ...

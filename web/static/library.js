@@ -105,13 +105,16 @@ export class VoiceLibrary {
     const radio = el("input", { type: "radio", name: "voice", id: rid, value: v.id, "data-name": name });
     if (v.id === current) radio.checked = true;
     radio.addEventListener("change", () => this.onPicked());
+    // A kept voice (a request's `keep_voice`) says so, and until when.
+    const kept = v.kept && v.expires_at ? `kept until ${new Date(v.expires_at * 1000).toLocaleString()}` : "";
     const meta = v.builtin
       ? ""
-      : [formatSeconds(v.seconds), v.text ? `“${v.text}”` : ""].filter(Boolean).join(" · ");
+      : [kept, formatSeconds(v.seconds), v.text ? `“${v.text}”` : ""].filter(Boolean).join(" · ");
     const label = el("label", { for: rid },
       el("span", { className: "voice-name", text: name }),
       el("span", { className: "voice-meta", text: meta }));
-    const li = el("li", { className: "voice-item", "data-voice-id": v.id, "data-builtin": v.builtin ? "yes" : null }, radio, label);
+    const li = el("li", { className: "voice-item", "data-voice-id": v.id, "data-builtin": v.builtin ? "yes" : null,
+                          "data-kept": v.kept ? "yes" : null }, radio, label);
     if (deletable) {
       const del = el("button", {
         type: "button", className: "icon-button danger-quiet", "aria-label": `Delete voice ${name}`, title: "Delete",
