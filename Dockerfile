@@ -20,7 +20,7 @@ COPY pyproject.toml README.md requirements.lock ./
 COPY server ./server
 COPY web ./web
 COPY bench ./bench
-RUN pip install -c requirements.lock ".[gpu,postgres]"
+RUN pip install -c requirements.lock ".[gpu,postgres,tn]"
 # nvcc compiles Chorus's kernels now, so the first request never waits on it
 RUN FLASHINFER_CUDA_ARCH_LIST="${CUDA_ARCHS}" python -m server.engine.flashinfer_aot
 
@@ -46,7 +46,7 @@ COPY web ./web
 COPY bench ./bench
 RUN grep -v '^nvidia-\|^triton=\|^cuda-' requirements.lock > /tmp/cpu.lock \
     && pip install --extra-index-url https://download.pytorch.org/whl/cpu "torch==2.14.1+cpu" \
-    && pip install -c /tmp/cpu.lock ".[postgres]"
+    && pip install -c /tmp/cpu.lock ".[postgres,tn]"
 ENV CHORUS_DEVICE=cpu
 
 # ---- the image -------------------------------------------------------------------------------

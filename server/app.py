@@ -42,6 +42,7 @@ from server.memtrim import trim_when_idle
 from server.metrics import Metrics
 from server.net.bodies import BodyBudget, BodyBudgetExceeded, body_budget_middleware
 from server.service import Engine, SynthesisService
+from server.text import normalize
 from server.voices import open_voice_library
 
 log = logging.getLogger("chorus.app")
@@ -84,10 +85,12 @@ def create_app(cfg: ServerConfig, engine: Engine | None = None, owns_engine: boo
         app.state.ready = True
         service = app.state.service
         trimmer = asyncio.create_task(trim_when_idle(lambda: service.inflight))
+        grammars = asyncio.create_task(asyncio.to_thread(normalize.warm_up))  # normalize_text's, off the loop
         try:
             yield
         finally:
             trimmer.cancel()
+            grammars.cancel()
             app.state.ready = False
             if engine is None or owns_engine:  # ends what is left with `cancelled`
                 await asyncio.to_thread(running.stop)

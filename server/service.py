@@ -35,6 +35,7 @@ from server.engine.types import (
 )
 from server.kept_voices import KeepPolicy, KeptVoice
 from server.metrics import Metrics
+from server.text.prepare import TextPreparer
 from server.voices import LibraryFull, NameTaken, VoiceInfo, VoiceLibrary
 
 log = logging.getLogger("chorus.service")
@@ -122,6 +123,7 @@ class SynthesisService:
         self._idle.set()
         self._voice_cache: OrderedDict[str, VoicePrompt] = OrderedDict()
         self.builtins = BuiltinVoices(self)
+        self.text = TextPreparer()  # normalisation (and the lexicon) before the engine
 
     @property
     def sample_rate(self) -> int:

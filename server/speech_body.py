@@ -39,6 +39,8 @@ class SpeechRequest(Options, forbid_unknown_fields=True, kw_only=True):
     stream_format: Literal["audio", "sse"] | None = None  # sse: OpenAI's speech.audio.* events
     language: str | None = None
     keep_voice: bool = False  # keep this speaker: its id in `X-Chorus-Voice-Id` (and sse's done event)
+    # OpenAI's voices read "$3.50" and "12/05" as words: on here unless the body says false
+    normalize_text: bool | None = None
 
     @property
     def voice_name(self) -> str | None:
@@ -66,5 +68,7 @@ def parse_speech_request(body: bytes) -> SpeechRequest:
     if not has_visible_text(req.input):
         raise ProtocolError("invalid_request", "input: must not be empty (nothing but spaces or invisible "
                             "characters)", field="input")
+    if req.normalize_text is None:
+        req.normalize_text = True
     check_options(req, prefix="")
     return req

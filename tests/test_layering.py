@@ -8,7 +8,8 @@ import sys
 WEB_MODULES = ["server.app", "server.protocol", "server.service", "server.voices", "server.voices.sqlite",
                "server.voices.postgres", "server.audio_io", "server.metrics", "server.api.stream",
                "server.api.speech", "server.api.voices", "server.api.ops", "server.encoders",
-               "server.instructions", "server.builtin_voices", "server.speech_body"]
+               "server.instructions", "server.builtin_voices", "server.speech_body", "server.kept_voices",
+               "server.text.normalize", "server.text.prepare", "server.api.schema_page"]
 
 
 def test_web_layer_imports_no_torch():

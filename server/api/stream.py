@@ -206,8 +206,12 @@ class Connection:
             if req.cancel_requested or not self.open:
                 self._end(req, p.Cancelled(req.client_id))
                 return
+            text = await self.service.text.prepare(msg.text, msg.language, msg.options.normalize_text)
+            if req.cancel_requested or not self.open:
+                self._end(req, p.Cancelled(req.client_id))
+                return
             request = SynthesisRequest(
-                request_id=req.request_id, text=msg.text, language=msg.language, instruct=msg.instruct,
+                request_id=req.request_id, text=text, language=msg.language, instruct=msg.instruct,
                 voice=voice, stream=msg.stream_mode, received_at=req.received_at,
                 options=p.generation_options(msg.options), progress=req.progress,
             )

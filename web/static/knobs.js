@@ -18,6 +18,7 @@ const TEXT = {
   chunk_threshold: { label: "Chunking threshold (s)", help: "Text estimated longer than this is split; 0 always splits." },
   denoise: { label: "Denoise", help: "Ask the model for clean audio." },
   postprocess: { label: "Post-process", help: "Trim silences and normalise loudness." },
+  normalize_text: { label: "Numbers as words", help: "Read $3.50, 12/05, Dr. as words (normalize_text). [B EY1 S] and pinyin stay as written." },
 };
 // Options with a control of their own rather than a knob of the grid.
 const PACING = ["speed", "duration"];
