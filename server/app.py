@@ -23,7 +23,7 @@ from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.exceptions import HTTPException
 
-from server.api import ops, speech, stream, voices
+from server.api import ops, pronunciations, speech, stream, voices
 from server.api.auth import require_api_key, require_known_host
 from server.api.errors import (
     ApiError,
@@ -85,12 +85,11 @@ def create_app(cfg: ServerConfig, engine: Engine | None = None, owns_engine: boo
         app.state.ready = True
         service = app.state.service
         trimmer = asyncio.create_task(trim_when_idle(lambda: service.inflight))
-        grammars = asyncio.create_task(asyncio.to_thread(normalize.warm_up))  # normalize_text's, off the loop
+        normalize.report_availability()
         try:
             yield
         finally:
             trimmer.cancel()
-            grammars.cancel()
             app.state.ready = False
             if engine is None or owns_engine:  # ends what is left with `cancelled`
                 await asyncio.to_thread(running.stop)
@@ -121,6 +120,8 @@ def create_app(cfg: ServerConfig, engine: Engine | None = None, owns_engine: boo
                 stream.stream,
                 speech.speech, speech.list_models, speech.retrieve_model,
                 voices.create_voice, voices.list_voices, voices.get_voice, voices.delete_voice,
+                pronunciations.list_pronunciations, pronunciations.add_pronunciation,
+                pronunciations.delete_pronunciation,
             ]),
             *web_route_handlers(cfg),
         ],

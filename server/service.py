@@ -37,6 +37,7 @@ from server.kept_voices import KeepPolicy, KeptVoice
 from server.metrics import Metrics
 from server.text.prepare import TextPreparer
 from server.voices import LibraryFull, NameTaken, VoiceInfo, VoiceLibrary
+from server.voices.store import same_name
 
 log = logging.getLogger("chorus.service")
 
@@ -123,7 +124,7 @@ class SynthesisService:
         self._idle.set()
         self._voice_cache: OrderedDict[str, VoicePrompt] = OrderedDict()
         self.builtins = BuiltinVoices(self)
-        self.text = TextPreparer()  # normalisation (and the lexicon) before the engine
+        self.text = TextPreparer(voices.list_pronunciations, self._voice_ids)  # lexicon, normalisation
 
     @property
     def sample_rate(self) -> int:
@@ -137,6 +138,10 @@ class SynthesisService:
     def engines(self) -> list[Any]:
         """Each device's engine (for metrics and readiness)."""
         return list(self.engine.engines)
+
+    def _voice_ids(self, voice: str) -> set[str]:
+        """What a request's `voice` stands for, for voice-scoped lexicon entries (blocking)."""
+        return {voice, voice.lower()} | {v.id for v in self.voices.list() if same_name(v.name, voice)}
 
     def keeper(self) -> KeptVoice:
         """A `keep_voice` ticket for one request or stream."""

@@ -121,7 +121,7 @@ def test_kept_voices_expire_and_are_capped(tmp_path):
         store.add_kept("a", 2.0, voice_blob(tokens, "a"), now + 100, max_kept=2)
         b = store.add_kept("b", 2.0, voice_blob(tokens, "b"), now + 200, max_kept=2)
         c = store.add_kept("c", 2.0, voice_blob(tokens, "c"), now + 300, max_kept=2)
-        assert [v.id for v in store.list()] == [upload.id, b.id, c.id]  # a, closest to expiry, made room
+        assert {v.id for v in store.list()} == {upload.id, b.id, c.id}  # a, closest to expiry, made room
         gone = store.add_kept("gone", 2.0, voice_blob(tokens, "gone"), now - 1, max_kept=10)
         assert store.get(gone.id) is None and store.load(gone.id) is None  # expired: not served
         assert gone.id not in [v.id for v in store.list()]

@@ -116,7 +116,7 @@ async def speech(request: Request, service: SynthesisService, config: ServerConf
         service.reject(ENDPOINT, exc.code)
         raise _http_error(exc) from None
     try:
-        text = await service.text.prepare(body.input, body.language, body.normalize_text)
+        text = await service.text.prepare(body.input, body.language, body.normalize_text, body.voice_name)
         synth = SynthesisRequest(
             request_id=request_id, text=text, language=body.language, instruct=instructions.instruct,
             voice=voice, stream="whole" if fmt == "flac" else "chunk", received_at=received_at,

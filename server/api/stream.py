@@ -206,7 +206,7 @@ class Connection:
             if req.cancel_requested or not self.open:
                 self._end(req, p.Cancelled(req.client_id))
                 return
-            text = await self.service.text.prepare(msg.text, msg.language, msg.options.normalize_text)
+            text = await self.service.text.prepare(msg.text, msg.language, msg.options.normalize_text, msg.voice)
             if req.cancel_requested or not self.open:
                 self._end(req, p.Cancelled(req.client_id))
                 return

@@ -28,7 +28,8 @@ class Segment:
 
 @dataclass
 class PendingSegment:
-    """A complete segment waiting its turn; `spoken`: its normalised text, being made."""
+    """A complete segment waiting its turn; `spoken`: its text as it will be spoken (lexicon,
+    normalisation), being made."""
 
     text: str
     spoken: asyncio.Future[str] | None = None

@@ -158,18 +158,26 @@ class StreamSession:
             if head.spoken is not None and not head.spoken.done():
                 break  # still being normalised: `_take`'s callback pumps again
             self.pending.popleft()
-            self._submit(head.text, head.spoken.result() if head.spoken is not None else head.text)
+            self._submit(head.text, self._spoken(head))
         self._maybe_done()
 
     def _take(self, texts: list[str]) -> None:
-        """Complete segments in; with `normalize_text`, each is normalised in a worker thread
-        now that it is whole (segments keep their order: the head waits for its own)."""
+        """Complete segments in, each prepared (lexicon, `normalize_text`) now that it is whole
+        (segments keep their order: the head waits for its own)."""
         for text in texts:
-            spoken = asyncio.ensure_future(self.service.text.prepare(text, self.msg.language, True)) \
-                if self.normalize else None
+            spoken = asyncio.ensure_future(self.service.text.prepare(text, self.msg.language, self.normalize,
+                                                                     self.msg.voice))
             self.pending.append(PendingSegment(text, spoken))
-            if spoken is not None:
-                spoken.add_done_callback(lambda _: self._pump())
+            spoken.add_done_callback(lambda _: self._pump())
+
+    def _spoken(self, piece: PendingSegment) -> str:
+        if piece.spoken is None:
+            return piece.text
+        if (failure := piece.spoken.exception()) is not None:  # e.g. the lexicon could not be read
+            log.error("preparing a segment's text failed: %r; spoken as written", failure,
+                      extra={"request_id": self.id})
+            return piece.text
+        return piece.spoken.result()
 
     def _submit(self, text: str, spoken: str) -> None:
         """Segment `text` (as its `segment` frame will say it), synthesised as `spoken`."""

@@ -93,12 +93,10 @@ def normalize(text: str, language: str | None) -> str:
     return _text()._apply_with_protection(text, function, protect_pinyin=protect_pinyin)
 
 
-def warm_up() -> None:
-    """Load the English and Chinese grammars (a second or two each) before the first request
-    needs them; without WeTextProcessing, say what requests get instead."""
+def report_availability() -> None:
+    """Say at start what `normalize_text` can do here. The grammars themselves load at their
+    language's first use (under a second each on a CPU core): loading both at every start
+    would cost every replica, and every test server, a few CPU-seconds it may never need."""
     if not available():
         log.warning("normalize_text: WeTextProcessing is not installed (pip install 'chorus-tts[tn]'); "
-                    "English and Chinese get only bare integers read as words (num2words)")
-        return
-    normalize("1", "en")
-    normalize("1", "zh")
+                    "English text gets only bare integers read as words (num2words), Chinese none")

@@ -13,7 +13,20 @@ import secrets
 import threading
 import time
 
-from server.voices.store import KEPT_PREFIX, VOICE_ID, NameTaken, VoiceInfo, check_room, live, same_name, slug
+from server.text.lexicon import Pronunciation
+from server.voices.store import (
+    KEPT_PREFIX,
+    PRONUNCIATION_PREFIX,
+    VOICE_ID,
+    NameTaken,
+    PronunciationTaken,
+    VoiceInfo,
+    check_room,
+    live,
+    pronunciation_clash,
+    same_name,
+    slug,
+)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS chorus_voices (
@@ -29,6 +42,8 @@ CREATE TABLE IF NOT EXISTS chorus_voices (
 _KEPT_COLUMNS = ("ALTER TABLE chorus_voices ADD COLUMN IF NOT EXISTS kept BOOLEAN NOT NULL DEFAULT false",
                  "ALTER TABLE chorus_voices ADD COLUMN IF NOT EXISTS expires_at BIGINT")
 _BUILTIN_SCHEMA = "CREATE TABLE IF NOT EXISTS chorus_builtin_voices (key TEXT PRIMARY KEY, blob BYTEA NOT NULL)"
+_LEXICON_SCHEMA = ("CREATE TABLE IF NOT EXISTS chorus_pronunciations (id TEXT PRIMARY KEY, text TEXT NOT NULL, "
+                   "say TEXT NOT NULL, voice TEXT, created_at BIGINT NOT NULL, seq BIGSERIAL)")
 _COLUMNS = "id, name, text, seconds, created_at, kept, expires_at"
 
 
@@ -53,6 +68,7 @@ class PostgresVoiceStore:
             for statement in _KEPT_COLUMNS:
                 self._conn.execute(statement)
             self._conn.execute(_BUILTIN_SCHEMA)
+            self._conn.execute(_LEXICON_SCHEMA)
 
     def close(self) -> None:
         with self._lock:
@@ -124,6 +140,29 @@ class PostgresVoiceStore:
             return False
         with self._lock:
             return self._conn.execute("DELETE FROM chorus_voices WHERE id = %s", (voice_id,)).rowcount > 0
+
+    def add_pronunciation(self, text: str, say: str, voice: str | None) -> Pronunciation:
+        with self._lock, self._conn.transaction():
+            self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (_ADD_LOCK,))  # one text, one entry
+            if (clash := pronunciation_clash(self._pronunciations(), text, voice)) is not None:
+                raise PronunciationTaken(clash)
+            entry = Pronunciation(f"{PRONUNCIATION_PREFIX}-{secrets.token_hex(4)}", text, say, voice)
+            self._conn.execute("INSERT INTO chorus_pronunciations (id, text, say, voice, created_at) "
+                               "VALUES (%s, %s, %s, %s, %s)",
+                               (entry.id, entry.text, entry.say, entry.voice, int(time.time())))
+        return entry
+
+    def list_pronunciations(self) -> list[Pronunciation]:
+        with self._lock:
+            return self._pronunciations()
+
+    def _pronunciations(self) -> list[Pronunciation]:
+        rows = self._conn.execute("SELECT id, text, say, voice FROM chorus_pronunciations ORDER BY seq")
+        return [Pronunciation(*row) for row in rows]
+
+    def delete_pronunciation(self, entry_id: str) -> bool:
+        with self._lock:
+            return self._conn.execute("DELETE FROM chorus_pronunciations WHERE id = %s", (entry_id,)).rowcount > 0
 
     def load_builtin(self, key: str) -> bytes | None:
         with self._lock:

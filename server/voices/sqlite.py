@@ -19,7 +19,20 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from server.voices.store import KEPT_PREFIX, VOICE_ID, NameTaken, VoiceInfo, check_room, live, same_name, slug
+from server.text.lexicon import Pronunciation
+from server.voices.store import (
+    KEPT_PREFIX,
+    PRONUNCIATION_PREFIX,
+    VOICE_ID,
+    NameTaken,
+    PronunciationTaken,
+    VoiceInfo,
+    check_room,
+    live,
+    pronunciation_clash,
+    same_name,
+    slug,
+)
 
 log = logging.getLogger("chorus.voices")
 
@@ -45,6 +58,9 @@ def _info(row) -> VoiceInfo:
 # Built-in voices (OpenAI's names), made once per model: not library voices (never listed
 # with them, never deleted), so they live in their own table.
 _BUILTIN_SCHEMA = "CREATE TABLE IF NOT EXISTS builtin_voices (key TEXT PRIMARY KEY, blob BLOB NOT NULL)"
+# The pronunciation lexicon (`/v1/pronunciations`), kept with the voices it may name.
+_LEXICON_SCHEMA = ("CREATE TABLE IF NOT EXISTS pronunciations (id TEXT PRIMARY KEY, text TEXT NOT NULL, "
+                   "say TEXT NOT NULL, voice TEXT, created_at INTEGER NOT NULL)")
 
 
 @dataclass
@@ -68,6 +84,7 @@ class VoiceStore:
             if column not in have:
                 self._db.execute(f"ALTER TABLE voices ADD COLUMN {column} {kind}")
         self._db.execute(_BUILTIN_SCHEMA)
+        self._db.execute(_LEXICON_SCHEMA)
         self._sweep()
 
     def close(self) -> None:
@@ -197,6 +214,27 @@ class VoiceStore:
         gone = self._db.execute("DELETE FROM voices WHERE id = ?", (voice_id,)).rowcount > 0
         path.unlink(missing_ok=True)
         return gone
+
+    def add_pronunciation(self, text: str, say: str, voice: str | None) -> Pronunciation:
+        with self._lock:
+            if (clash := pronunciation_clash(self._pronunciations(), text, voice)) is not None:
+                raise PronunciationTaken(clash)
+            entry = Pronunciation(f"{PRONUNCIATION_PREFIX}-{secrets.token_hex(4)}", text, say, voice)
+            self._db.execute("INSERT INTO pronunciations VALUES (?, ?, ?, ?, ?)",
+                             (entry.id, entry.text, entry.say, entry.voice, int(time.time())))
+        return entry
+
+    def list_pronunciations(self) -> list[Pronunciation]:
+        with self._lock:
+            return self._pronunciations()
+
+    def _pronunciations(self) -> list[Pronunciation]:
+        rows = self._db.execute("SELECT id, text, say, voice FROM pronunciations ORDER BY rowid")
+        return [Pronunciation(*row) for row in rows]
+
+    def delete_pronunciation(self, entry_id: str) -> bool:
+        with self._lock:
+            return self._db.execute("DELETE FROM pronunciations WHERE id = ?", (entry_id,)).rowcount > 0
 
     def load_builtin(self, key: str) -> bytes | None:
         with self._lock:

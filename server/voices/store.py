@@ -16,10 +16,13 @@ from typing import Protocol
 
 import msgspec
 
+from server.text.lexicon import Pronunciation
+
 VOICE_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
 
 
 KEPT_PREFIX = "kept"  # kept voices' ids: kept-<hex>
+PRONUNCIATION_PREFIX = "say"  # lexicon entries' ids: say-<hex>
 
 
 def live(info: VoiceInfo, now: float) -> bool:
@@ -54,6 +57,21 @@ class NameTaken(Exception):
 
 def same_name(a: str, b: str) -> bool:
     return a.strip().casefold() == b.strip().casefold()
+
+
+class PronunciationTaken(Exception):
+    """The lexicon already says how to pronounce this text (for this voice); `existing` is
+    that entry."""
+
+    def __init__(self, existing: Pronunciation):
+        scope = f"voice {existing.voice!r}" if existing.voice else "every voice"
+        super().__init__(f"text: {existing.text!r} already has a pronunciation for {scope} (entry "
+                         f"{existing.id!r}); delete it first")
+        self.existing = existing
+
+
+def pronunciation_clash(entries: list[Pronunciation], text: str, voice: str | None) -> Pronunciation | None:
+    return next((e for e in entries if e.voice == voice and same_name(e.text, text)), None)
 
 
 class VoiceInfo(msgspec.Struct, frozen=True):
@@ -116,6 +134,15 @@ class VoiceLibrary(Protocol):
         ...
 
     def delete(self, voice_id: str) -> bool: ...
+
+    def add_pronunciation(self, text: str, say: str, voice: str | None) -> Pronunciation:
+        """A lexicon entry under a new id; `PronunciationTaken` when the text has one for
+        the same voice (or for every voice)."""
+        ...
+
+    def list_pronunciations(self) -> list[Pronunciation]: ...
+
+    def delete_pronunciation(self, entry_id: str) -> bool: ...
 
     def load_builtin(self, key: str) -> bytes | None:
         """A built-in voice made before (by this replica or another), or None."""

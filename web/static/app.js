@@ -10,6 +10,7 @@ import { $, announce } from "./dom.js";
 import { FieldErrors, errorTarget } from "./field-errors.js";
 import { Job } from "./jobs.js";
 import { Knobs, optionTable } from "./knobs.js";
+import { LexiconPanel } from "./lexicon.js";
 import { VoiceLibrary } from "./library.js";
 import { LiveSession } from "./live.js";
 import { PlaybackQueue } from "./playback.js";
@@ -44,6 +45,7 @@ $("reset-knobs").addEventListener("click", () => knobs.reset());
 knobs.changed();
 
 const api = new VoicesApi(() => key.headers());
+const lexicon = new LexiconPanel(() => key.headers(), () => api.list());
 const library = new VoiceLibrary(api, () => errors.clear("voice"), Boolean(boot.asr));
 const queue = new PlaybackQueue();
 $("play-one-at-a-time").addEventListener("change", (ev) => {
@@ -150,6 +152,7 @@ const status = new ConnectionStatus(key, (ready) => {
   if (ready.sample_rate) $("footer-rate").textContent = ready.sample_rate;
   applyLimits();
   if (!library.loaded || library.failed) library.refresh();
+  lexicon.refresh();
 });
 
 const connection = new Connection(() => key.streamUrl(), {
@@ -415,4 +418,4 @@ updateJobsUi();
 connection.connect(); // the voice library loads once connected
 
 // For debugging and the browser tests.
-window.chorus = { state, connection, jobs: state.jobs, limits: state.limits, stats, boot, queue, live, knobs };
+window.chorus = { state, connection, jobs: state.jobs, limits: state.limits, stats, boot, queue, live, knobs, lexicon };
