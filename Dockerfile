@@ -24,7 +24,7 @@ RUN python3 -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /app
 COPY --from=sources /app /app
-RUN pip install -c requirements.lock ".[gpu,postgres]"
+RUN pip install -c requirements.lock ".[gpu,postgres,tn]"
 # nvcc compiles Chorus's kernels now, so the first request never waits on it
 RUN FLASHINFER_CUDA_ARCH_LIST="${CUDA_ARCHS}" python -m server.engine.kernels.flashinfer_aot
 
@@ -47,7 +47,7 @@ WORKDIR /app
 COPY --from=sources /app /app
 RUN grep -v '^nvidia-\|^triton=\|^cuda-' requirements.lock > /tmp/cpu.lock \
     && pip install --extra-index-url https://download.pytorch.org/whl/cpu "torch==2.14.1+cpu" \
-    && pip install -c /tmp/cpu.lock ".[postgres]"
+    && pip install -c /tmp/cpu.lock ".[postgres,tn]"
 ENV CHORUS_DEVICE=cpu
 
 # ---- the image -------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from importlib.metadata import PackageNotFoundError, version
 
 from litestar import Litestar, Router
 from litestar.config.cors import CORSConfig
@@ -22,7 +23,7 @@ from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.exceptions import HTTPException, NotFoundException
 
-from server.api import ops, speech, stream, voices
+from server.api import ops, pronunciations, speech, stream, voices
 from server.api.auth import require_api_key, require_known_host, unknown_route_handler
 from server.api.errors import (
     ApiError,
@@ -32,16 +33,26 @@ from server.api.errors import (
     internal_error_handler,
 )
 from server.api.pages import template_config, web_route_handlers
+from server.api.schema_page import openapi_config
 from server.audio_io import AudioLimits
 from server.builtin_voices import model_key
 from server.config import ServerConfig
+from server.kept_voices import KeepPolicy
 from server.memtrim import trim_when_idle
 from server.metrics import Metrics
 from server.net.bodies import BodyBudget, BodyBudgetExceeded, body_budget_middleware
 from server.service import Engine, SynthesisService
+from server.text import normalize
 from server.voices import open_voice_library
 
 log = logging.getLogger("chorus.app")
+
+
+def _package_version() -> str:
+    try:
+        return version("chorus-tts")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 async def load_engines(cfg: ServerConfig) -> Engine:
@@ -69,11 +80,13 @@ def create_app(cfg: ServerConfig, engine: Engine | None = None, owns_engine: boo
             running, store, Metrics(), max_queue=cfg.max_queue, asr_available=bool(cfg.asr_model),
             audio_limits=AudioLimits(max_bytes=cfg.max_reference_bytes, max_seconds=cfg.max_reference_seconds),
             max_references_bytes=cfg.max_references_bytes, max_voice_encodes=cfg.max_voice_encodes,
+            keep=KeepPolicy(cfg.kept_voice_ttl, cfg.max_kept_voices),
         )
         app.state.service.builtins.model_key = await asyncio.to_thread(model_key, cfg.model, running.model_name)
         app.state.ready = True
         service = app.state.service
         trimmer = asyncio.create_task(trim_when_idle(lambda: service.inflight))
+        normalize.report_availability()
         try:
             yield
         finally:
@@ -96,15 +109,18 @@ def create_app(cfg: ServerConfig, engine: Engine | None = None, owns_engine: boo
         cors = CORSConfig(allow_origins=["*"] if "*" in cfg.allowed_origins else list(cfg.allowed_origins),
                           allow_methods=["GET", "POST", "DELETE"], allow_headers=["Authorization", "Content-Type"],
                           expose_headers=["X-Request-Id", "X-Sample-Rate", "Retry-After",
-                                          "X-Chorus-Instructions", "X-Chorus-Ignored-Instructions"])
+                                          "X-Chorus-Instructions", "X-Chorus-Ignored-Instructions",
+                                          "X-Chorus-Voice-Id"])
 
     return Litestar(
         route_handlers=[
             ops.healthz, ops.readyz, ops.metrics,
             Router("/v1", guards=[require_api_key], route_handlers=[
                 stream.stream,
-                speech.speech, speech.list_models,
+                speech.speech, speech.list_models, speech.retrieve_model,
                 voices.create_voice, voices.list_voices, voices.get_voice, voices.delete_voice,
+                pronunciations.list_pronunciations, pronunciations.add_pronunciation,
+                pronunciations.delete_pronunciation,
             ]),
             *web_route_handlers(cfg),
         ],
@@ -126,7 +142,7 @@ def create_app(cfg: ServerConfig, engine: Engine | None = None, owns_engine: boo
         cors_config=cors,
         middleware=[body_budget_middleware(BodyBudget(cfg.max_bodies_bytes, cfg.bodies_bytes_per_client))],
         request_max_body_size=cfg.max_body_bytes,
-        openapi_config=None,
+        openapi_config=openapi_config("Chorus", _package_version()),
         logging_config=None,  # logging is configured once, by the command line
     )
 

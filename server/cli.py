@@ -17,6 +17,7 @@ from server import envs
 from server.boot_checks import StartupError
 from server.checkout import checkout_root
 from server.checkpoint import make_checkpoint
+from server.cli_values import integer
 from server.loadtest.cli import main as loadtest_main
 from server.logs import configure
 from server.serve_flags import add_serve_arguments, config_from_args
@@ -64,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     make.add_argument("--size", choices=["tiny", "full"], required=True,
                       help="tiny: runs a request in well under a second on a CPU; full: the real architecture")
     make.add_argument("--out", required=True, help="folder to write the checkpoint to")
-    make.add_argument("--seed", type=int, default=0, help="seed of the random weights")
+    make.add_argument("--seed", type=integer, default=0, help="seed of the random weights")
 
     # Options are bench's own (`chorus bench --help`); they pass through untouched.
     sub.add_parser("bench", add_help=False,

@@ -67,6 +67,8 @@ class ServerConfig:
     max_voice_encodes: int | None = None  # reference clips encoded at once, server-wide; None: 2 per engine
     max_voices: int = 1000  # voices in the library
     max_voices_bytes: int = 256 * 1024 * 1024  # stored voice data, all voices together
+    kept_voice_ttl: float = 86400.0  # seconds a `keep_voice` voice stays usable
+    max_kept_voices: int = 1000  # kept voices at most (the oldest make room)
     idle_timeout: float = 300.0  # s without a frame or a request in flight: close (0: never)
     drain_seconds: float = 30.0  # on SIGTERM/SIGINT: time in-flight requests get to finish
     stream: StreamLimits = field(default_factory=StreamLimits)

@@ -4,8 +4,10 @@ OpenAI clients send prose ("Speak in a cheerful and positive tone."); OmniVoice 
 of fixed items ("female, low pitch, british accent"). The items come from the reference's own
 table (`omnivoice/utils/voice_design.py`, loaded by path: it needs only `re`, while importing
 the `omnivoice` package would load torch into the web layer). Each clause of the text that is
-an item, or contains items, gives those items; the first item of a category wins (one gender,
-one age, ...). Everything else is reported back, never refused.
+an item, or contains items or the words people use for them ("woman", "old", "British",
+"whispering": `_SAID_AS`), gives those items; the first item of a category wins (one gender,
+one age, ...). Whatever was not used (a clause without items, or the words of a clause beyond
+its items and filler) is reported back, never refused.
 """
 
 from __future__ import annotations
@@ -45,12 +47,33 @@ def _table() -> ModuleType:
 
 
 @lru_cache(maxsize=1)
-def _patterns() -> list[tuple[str, re.Pattern[str]]]:
+def _patterns() -> list[tuple[str, str, re.Pattern[str]]]:
     """Every item, longest first (so "very low pitch" wins over "low pitch"), as a
     whole-word pattern (CJK items match as substrings: they have no word breaks)."""
-    items = sorted(_table()._INSTRUCT_ALL_VALID, key=len, reverse=True)
-    return [(item, re.compile(re.escape(item) if _CJK.search(item) else rf"(?<![\w-]){re.escape(item)}(?![\w-])"))
-            for item in items]
+    said = [(item, item) for item in _table()._INSTRUCT_ALL_VALID]
+    said += [(item, word) for item, words in _SAID_AS.items() for word in words]
+    said.sort(key=lambda pair: len(pair[1]), reverse=True)
+    return [(item, word, re.compile(re.escape(word) if _CJK.search(word) else rf"(?<![\w-]){re.escape(word)}(?![\w-])"))
+            for item, word in said]
+
+
+# How people say the items in prose: each word (or phrase) gives the item OmniVoice's voice
+# design spells; an adjective of nationality is that accent ("a British woman" -> british
+# accent, female), as the reference's accent items are the only accents it knows.
+_SAID_AS: dict[str, tuple[str, ...]] = {
+    "female": ("woman", "women", "lady", "girl", "feminine", "she"),
+    "male": ("man", "men", "guy", "gentleman", "boy", "masculine", "he"),
+    "elderly": ("old", "older", "aged", "senior", "elder", "grandmother", "grandfather", "grandma", "grandpa"),
+    "child": ("kid", "children", "little child", "young child"),
+    "teenager": ("teen", "teenage", "teens", "adolescent"),
+    "young adult": ("young",),
+    "middle-aged": ("middle aged", "middle age"),
+    "whisper": ("whispering", "whispered", "whispers", "whispery"),
+    "low pitch": ("deep", "low-pitched", "low pitched"),
+    "high pitch": ("high-pitched", "high pitched", "squeaky"),
+    **{f"{nation} accent": (nation,) for nation in ("american", "british", "australian", "chinese", "canadian",
+                                                   "indian", "korean", "portuguese", "russian", "japanese")},
+}
 
 
 def _category(item: str) -> int:
@@ -60,21 +83,24 @@ def _category(item: str) -> int:
     return -1
 
 
-def _items_in(clause: str) -> list[str]:
+@lru_cache(maxsize=1024)
+def _found(clause: str) -> tuple[list[tuple[int, str]], str]:
+    """The items said in `clause` (by position) and the clause with them blanked out
+    (remembered: prose repeats its clauses)."""
     found: list[tuple[int, str]] = []
     text = clause.lower()
-    for item, pattern in _patterns():
-        if item not in text:  # (cheap) no match can follow; blanking only removes
+    for item, word, pattern in _patterns():
+        if word not in text:  # (cheap) no match can follow; blanking only removes
             continue
         for match in pattern.finditer(text):
             found.append((match.start(), item))
         text = pattern.sub(lambda m: " " * len(m.group(0)), text)  # "very low pitch" is not also "low pitch"
-    return [item for _, item in sorted(found)]
+    return sorted(found), text
 
 
 def map_instructions(text: str | None) -> Instructions:
     """Free text -> the OmniVoice instruct it holds, plus what was ignored. Linear in the
-    text: one pass of each item's pattern per distinct clause, only where the item occurs
+    text: one pass of each word's pattern per distinct clause, only where the word occurs
     (callers bound the text's length first: `--max-instructions-chars`)."""
     if text is None or not text.strip():
         return Instructions(None)
@@ -85,9 +111,12 @@ def map_instructions(text: str | None) -> Instructions:
     for clause in (c.strip() for c in _CLAUSES.split(text)):
         if not clause:
             continue
-        items, leftover = _clause(clause)
-        if leftover:
+        found, rest = _found(clause)
+        items = list(dict.fromkeys(item for _, item in found))  # "old ... elderly" is one item
+        if not items:
             ignored.append(clause)
+        elif leftover := _leftover(clause, rest):
+            ignored.append(leftover)
         for item in items:
             category = _category(item)
             accent, dialect = item.endswith(" accent"), item.endswith("话")
@@ -101,23 +130,16 @@ def map_instructions(text: str | None) -> Instructions:
     return Instructions(("，" if zh else ", ").join(used) or None, ignored)
 
 
-@lru_cache(maxsize=1024)
-def _clause(clause: str) -> tuple[list[str], bool]:
-    """A clause's items, and whether it says more than them (remembered: prose repeats)."""
-    items = _items_in(clause)
-    return items, not items or _leftover(clause, items)
+_FILLER = frozenset("a an the with and in of voice speaker speak speaking sound sounding like tone accent "
+                    "pitch please use using very who is as".split())
 
 
-_FILLER = re.compile(r"\b(?:a|an|the|with|and|in|of|voice|speaker|speak|speaking|sound|sounding|like|tone|"
-                     r"accent|pitch|please|use|using|very)\b|[^\w]+", re.I)
-
-
-def _leftover(clause: str, items: list[str]) -> bool:
-    """Does the clause say more than its items (beyond filler words)?"""
-    rest = clause.lower()
-    for item in items:
-        rest = rest.replace(item, " ")
-    return bool(_FILLER.sub("", rest).strip())
+def _leftover(clause: str, rest: str) -> str:
+    """The words of a clause that are neither its items nor filler, in order and as the
+    client wrote them ("" when none): the part of the instruction that was not used."""
+    source = clause if len(clause) == len(rest) else rest  # lower() kept the positions
+    words = (source[m.start():m.end()] for m in re.finditer(r"[\w'-]+", rest) if m.group(0) not in _FILLER)
+    return " ".join(words)
 
 
 HEADER_MAX_CHARS = 1000

@@ -121,6 +121,10 @@ KNOBS: tuple[Knob, ...] = (
     Knob("chunk_threshold", "float", 30.0, 0, 36_000, unit="seconds",
          why="text estimated longer than this is chunked (0: always); bounded so the plan's "
              "frame counts stay integers"),
+    Knob("normalize_text", "bool", False,
+         why="numbers, dates, currency and symbols read as words before synthesis, as the "
+             "reference's generate(normalize_text=True); applied to the text by the server, "
+             "not by the engine (off by default, as in the reference; on for the OpenAI endpoint)"),
     Knob("first_chunk_seconds", "float", None, 0.5, 60, nullable=True, unit="seconds",
          why="fast start: the first chunk ends at a sentence or clause boundary about this "
              "much audio into the text (null: off, the reference's chunking); below 0.5 s a "

@@ -91,6 +91,7 @@ class VoiceFields(Struct, forbid_unknown_fields=True, kw_only=True):
     sample_rate: int | None = None  # default: 24000, 8000 for mulaw/alaw
     progress: bool = True
     options: Options = field(default_factory=Options)
+    keep_voice: bool = False  # `done` then carries `voice_id`: this speaker, for later requests
 
 
 class Synthesize(VoiceFields, tag="synthesize", tag_field="type", forbid_unknown_fields=True, kw_only=True):
@@ -187,11 +188,12 @@ class Timings(Struct):
     total_ms: float
 
 
-class Done(Struct, tag="done", tag_field="type"):
+class Done(Struct, tag="done", tag_field="type", omit_defaults=True):
     id: str
     chunks: int
     audio_seconds: float
     timings: Timings
+    voice_id: str | None = None  # with `keep_voice`: the kept voice
 
 
 class Cancelled(Struct, tag="cancelled", tag_field="type", omit_defaults=True):

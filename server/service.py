@@ -34,9 +34,12 @@ from server.engine.types import (
     VoicePrompt,
 )
 from server.errors import ServiceError
+from server.kept_voices import KeepPolicy, KeptVoice
 from server.metrics import Metrics
 from server.reference_budget import ReferenceBudget
-from server.voices import LibraryFull, VoiceInfo, VoiceLibrary
+from server.text.prepare import TextPreparer
+from server.voices import LibraryFull, NameTaken, VoiceInfo, VoiceLibrary
+from server.voices.store import same_name
 
 log = logging.getLogger("chorus.service")
 
@@ -98,13 +101,15 @@ class _Job:
 class SynthesisService:
     def __init__(self, engine: Engine, voices: VoiceLibrary, metrics: Metrics, *,
                  max_queue: int, asr_available: bool = False, audio_limits: AudioLimits = AudioLimits(),
-                 max_references_bytes: int | None = None, max_voice_encodes: int | None = None):
+                 max_references_bytes: int | None = None, max_voice_encodes: int | None = None,
+                 keep: KeepPolicy | None = None):
         self.engine = engine
         self.voices = voices
         self.metrics = metrics
         self.max_queue = max_queue
         self.asr_available = asr_available
         self.audio_limits = audio_limits
+        self.keep_policy = keep or KeepPolicy()
         self.draining = False
         self._jobs: dict[str, _Job] = {}
         self._idle = asyncio.Event()
@@ -114,6 +119,7 @@ class SynthesisService:
         # encodes share the CPU with the step loop: at most this many at once, the rest wait in order
         self.encode_slots = asyncio.Semaphore(max_voice_encodes or 2 * len(self.engines))
         self.builtins = BuiltinVoices(self)
+        self.text = TextPreparer(voices.list_pronunciations, self._voice_ids)  # lexicon, normalisation
 
     @property
     def sample_rate(self) -> int:
@@ -127,6 +133,14 @@ class SynthesisService:
     def engines(self) -> list[Any]:
         """Each device's engine (for metrics and readiness)."""
         return list(self.engine.engines)
+
+    def _voice_ids(self, voice: str) -> set[str]:
+        """What a request's `voice` stands for, for voice-scoped lexicon entries (blocking)."""
+        return {voice, voice.lower()} | {v.id for v in self.voices.list() if same_name(v.name, voice)}
+
+    def keeper(self) -> KeptVoice:
+        """A `keep_voice` ticket for one request or stream."""
+        return KeptVoice(self.voices, self.keep_policy, self.engines[0].frame_rate)
 
     @property
     def inflight(self) -> int:
@@ -316,6 +330,8 @@ class SynthesisService:
             info = await asyncio.to_thread(self.voices.add, name, prompt.text, seconds, blob)
         except LibraryFull as exc:
             raise ServiceError("invalid_request", str(exc)) from None
+        except NameTaken as exc:
+            raise ServiceError("name_taken", str(exc), "name") from None
         log.info("voice added", extra={"voice": info.id, "seconds": info.seconds})
         return info
 

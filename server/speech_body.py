@@ -46,6 +46,9 @@ class SpeechRequest(Options, forbid_unknown_fields=True, kw_only=True):
     response_format: SpeechFormat = "mp3"
     stream_format: Literal["audio", "sse"] | None = None  # sse: OpenAI's speech.audio.* events
     language: Annotated[str, Meta(max_length=MAX_LANGUAGE_CHARS)] | None = None
+    keep_voice: bool = False  # keep this speaker: its id in `X-Chorus-Voice-Id` (and sse's done event)
+    # OpenAI's voices read "$3.50" and "12/05" as words: on here unless the body says false
+    normalize_text: bool | None = None
 
     @property
     def voice_name(self) -> str | None:
@@ -90,5 +93,7 @@ def parse_speech_request(body: bytes, max_input_chars: int | None = None,
     if not has_visible_text(req.input):
         raise ProtocolError("invalid_request", "input: must not be empty (nothing but spaces or invisible "
                             "characters)", field="input")
+    if req.normalize_text is None:
+        req.normalize_text = True
     check_options(req, prefix="")
     return req

@@ -58,8 +58,10 @@ def test_every_flag_has_help_and_shows_its_default():
 def test_bad_option_values_are_two_lines():
     err = short_failure(chorus("serve", "--log-level", "foo"), "argument --log-level: invalid choice: 'foo'")
     assert "chorus serve --help" in err
-    short_failure(chorus("serve", "--port", "99999"), "argument --port: must be 0..65535")
-    short_failure(chorus("serve", "--graph-max-tokens", "-1"), "argument --graph-max-tokens: must be an integer >= 0")
+    short_failure(chorus("serve", "--port", "99999"),
+                  "argument --port: 99999 is out of range (expected a port number 0..65535")
+    short_failure(chorus("serve", "--graph-max-tokens", "-1"),
+                  "argument --graph-max-tokens: -1 is negative (expected an integer >= 0")
 
 
 def test_graph_limit_reaches_the_engine_settings():

@@ -40,6 +40,8 @@ def test_protocol_doc_agent_example_runs(chorus_server, tmp_path):
     assert lines[1].startswith("segment 1 at ") and lines[1].endswith(
         ": Dr. Lee can see you at 3.5 hours past noon, that is 3:30 p.m.")
     assert lines[2].endswith(": Shall I book it?") and lines[3].endswith(": I will send a reminder the day before.")
-    assert lines[4].startswith("done: ")
+    assert lines[4].startswith("done: ") and ", voice kept as kept-" in lines[4]  # the first turn keeps it
+    assert lines[5] == "segment 0 at 0.00 s: Done." and lines[6].endswith(": You are booked for tomorrow.")
+    assert lines[7].startswith("done: ") and "voice kept" not in lines[7]  # the second names it
     samples, rate = sf.read(out, dtype="int16")
     assert rate == 24000 and samples.size > 0

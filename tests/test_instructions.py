@@ -31,3 +31,16 @@ def test_header_is_latin1_safe():
     value = header_value(["Sound calm", "像播音员"])
     value.encode("latin-1")
     assert value.startswith("Sound calm; %E5%83%8F")
+
+
+@pytest.mark.parametrize("text,used,ignored", [
+    ("Speak like an elderly British woman, in a whisper.", "elderly, british accent, female, whisper", []),
+    ("A deep male voice, whispering.", "low pitch, male, whisper", []),
+    ("An old Japanese man with a cheerful smile.", "elderly, japanese accent, male", ["cheerful smile"]),
+    ("A young Indian girl who sounds excited.", "young adult, indian accent, female", ["sounds excited"]),
+    ("A teenage boy. Calm and slow.", "teenager, male", ["Calm and slow"]),
+])
+def test_prose_names_the_items_and_reports_only_what_was_not_used(text, used, ignored):
+    result = map_instructions(text)
+    assert (result.instruct, result.ignored) == (used, ignored)
+    assert resolve_instruct(result.instruct) is not None

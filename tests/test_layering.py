@@ -13,7 +13,8 @@ SERVER = Path(__file__).resolve().parent.parent / "server"
 WEB_MODULES = ["server.app", "server.protocol", "server.service", "server.voices", "server.voices.sqlite",
                "server.voices.postgres", "server.audio_io", "server.metrics", "server.api.stream",
                "server.api.speech", "server.api.voices", "server.api.ops", "server.encoders",
-               "server.instructions", "server.builtin_voices", "server.speech_body"]
+               "server.instructions", "server.builtin_voices", "server.speech_body", "server.kept_voices",
+               "server.text.normalize", "server.text.prepare", "server.api.schema_page"]
 # The engine's rooms, highest first: a room imports only itself and the rooms after it. Modules
 # directly in `server/engine/` (types, work, upstream) are the vocabulary every room shares.
 ROOMS = ["runtime", "planning", "model", "scheduling", "kernels"]

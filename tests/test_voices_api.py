@@ -65,7 +65,8 @@ def uploaded_and_used(server) -> tuple[str, dict, object]:
     r = upload(server.url, audio_file("WAV", "PCM_16"), text=TEXT, name="Ada L.")
     assert r.status_code == 201, r.text
     voice = r.json()
-    assert set(voice) == {"id", "name", "text", "seconds", "created_at", "builtin"} and voice["builtin"] is False
+    assert set(voice) == {"id", "name", "text", "seconds", "created_at", "builtin", "kept", "expires_at"}
+    assert voice["builtin"] is False and voice["kept"] is False and voice["expires_at"] is None
     assert voice["id"].startswith("ada-l-") and voice["name"] == "Ada L." and voice["text"] == TEXT
     assert 0 < voice["seconds"] <= 2.0
     vid = voice["id"]

@@ -22,6 +22,7 @@ STATUS = {
     "voice_not_found": 404,
     "text_too_long": 413,
     "duplicate_id": 409,
+    "name_taken": 409,
     "too_many_requests": 429,
     "busy": 503,
     "internal": 500,

@@ -36,6 +36,7 @@ from server.engine.types import (
     VoicePrompt,
 )
 from server.instructions import header_value, map_instructions
+from server.kept_voices import KeepFailed
 from server.service import ServiceError, SynthesisService
 from server.speech_body import parse_speech_request
 
@@ -46,6 +47,7 @@ AUDIO_TOKENS_PER_SECOND = 25
 STARTED_AT = int(time.time())
 IGNORED_HEADER = "X-Chorus-Ignored-Instructions"
 USED_HEADER = "X-Chorus-Instructions"
+VOICE_HEADER = "X-Chorus-Voice-Id"  # `keep_voice`: the kept voice
 
 
 # the engine names fields as the WebSocket spells them; say them as this endpoint does
@@ -90,6 +92,10 @@ def _sse(event: dict) -> bytes:
 
 @post("/audio/speech", status_code=200)
 async def speech(request: Request, service: SynthesisService, config: ServerConfig) -> Response | Stream:
+    """OpenAI's speech endpoint. JSON body: `model` (any name), `input`, `voice` (a built-in
+    name, a library voice's id or name, or null), `instructions`, `response_format` (mp3, opus,
+    aac, flac, wav, pcm), `speed`, `stream_format` (`audio` or `sse`), plus OmniVoice's options
+    at the top level (`language`, `num_step`, `guidance_scale`, `seed`, ...: docs/protocol.md)."""
     received_at = time.perf_counter()  # the engine's timings count from here
     try:
         body = parse_speech_request(await request.body(), config.max_text_chars, config.max_instructions_chars)
@@ -106,13 +112,15 @@ async def speech(request: Request, service: SynthesisService, config: ServerConf
         service.reject(ENDPOINT, exc.code)
         raise _http_error(exc) from None
     try:
+        text = await service.text.prepare(body.input, body.language, body.normalize_text, body.voice_name)
         synth = SynthesisRequest(
-            request_id=request_id, text=body.input, language=body.language, instruct=instructions.instruct,
+            request_id=request_id, text=text, language=body.language, instruct=instructions.instruct,
             voice=voice, stream="whole" if fmt == "flac" else "chunk", received_at=received_at,
             options=p.generation_options(body), progress=False,
         )
         events: asyncio.Queue = asyncio.Queue()
-        accepted = service.submit(synth, events.put_nowait, ENDPOINT)
+        kept = service.keeper() if body.keep_voice else None
+        accepted = service.submit(synth, events.put_nowait, ENDPOINT, kept.on_tokens if kept else None)
     except ServiceError as exc:
         raise _http_error(exc) from None
 
@@ -129,6 +137,12 @@ async def speech(request: Request, service: SynthesisService, config: ServerConf
         raise
     if isinstance(first, Finished):
         return _failure(first)
+    if kept is not None:  # its write started with the first chunk's tokens, before this audio
+        try:
+            headers[VOICE_HEADER] = await kept.voice_id()
+        except KeepFailed as exc:
+            service.cancel(request_id)
+            return error_response("internal", str(exc), 500, field="keep_voice")
     rate = first.sample_rate
     media_type = "text/event-stream" if sse else MEDIA_TYPES[fmt]
     if not sse and (fmt == "flac" or (fmt in ("wav", "pcm") and first.final)):
@@ -168,8 +182,11 @@ async def speech(request: Request, service: SynthesisService, config: ServerConf
                     yield _sse({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()})
                 # usage: input words and output codec frames (OmniVoice's audio tokens, 25 a second)
                 words, tokens = len(body.input.split()), round(frames[0] * AUDIO_TOKENS_PER_SECOND)
-                yield _sse({"type": "speech.audio.done",
-                            "usage": {"input_tokens": words, "output_tokens": tokens, "total_tokens": words + tokens}})
+                done = {"type": "speech.audio.done",
+                        "usage": {"input_tokens": words, "output_tokens": tokens, "total_tokens": words + tokens}}
+                if VOICE_HEADER in headers:
+                    done["voice_id"] = headers[VOICE_HEADER]
+                yield _sse(done)
             ended = True
         finally:
             if not ended:
@@ -202,3 +219,14 @@ async def list_models(service: SynthesisService) -> ModelList:
     """OpenAI's model list: the served model. Any `model` name is accepted by the speech
     endpoint (clients send `tts-1`, `gpt-4o-mini-tts`...); all of them mean this one."""
     return ModelList([ModelCard(service.model_name, created=STARTED_AT)])
+
+
+@get("/models/{model_id:path}")
+async def retrieve_model(model_id: str, service: SynthesisService) -> ModelCard:
+    """OpenAI's `models.retrieve`: the served model by its id (ids hold slashes, as
+    `k2-fsa/OmniVoice`); any other id is 404 in OpenAI's error shape (`model_not_found`)."""
+    model_id = model_id.lstrip("/")
+    if model_id != service.model_name:
+        raise ApiError("model_not_found", f"model: no model {model_id!r}; this server serves "
+                       f"{service.model_name!r}", status=404, field="model")
+    return ModelCard(service.model_name, created=STARTED_AT)

@@ -26,6 +26,7 @@ from server.api.outbox import Outbox
 from server.config import ServerConfig
 from server.encoders import StreamEncoder, default_rate, ws_encoder
 from server.engine.types import Accepted, ChunkAudio, Finished, Progress, SynthesisRequest
+from server.kept_voices import KeepFailed, KeptVoice
 from server.service import ServiceError, SynthesisService
 from server.streaming.streams import ConnectionStreams
 
@@ -52,6 +53,7 @@ class _Request:
     received_at: float | None = None  # perf_counter when its frame arrived: the engine's clock starts there
     sample_rate: int | None = None  # asked for; None: the encoding's default
     encoder: StreamEncoder | None = None  # made at the first audio (the engine's rate is known then)
+    kept: KeptVoice | None = None  # `keep_voice`: its ticket
 
 
 class Connection:
@@ -210,12 +212,18 @@ class Connection:
             if req.cancel_requested or not self.open:
                 self._end(req, p.Cancelled(req.client_id))
                 return
+            text = await self.service.text.prepare(msg.text, msg.language, msg.options.normalize_text, msg.voice)
+            if req.cancel_requested or not self.open:
+                self._end(req, p.Cancelled(req.client_id))
+                return
             request = SynthesisRequest(
-                request_id=req.request_id, text=msg.text, language=msg.language, instruct=msg.instruct,
+                request_id=req.request_id, text=text, language=msg.language, instruct=msg.instruct,
                 voice=voice, stream=msg.stream_mode, received_at=req.received_at,
                 options=p.generation_options(msg.options), progress=req.progress,
             )
-            req.accepted = self.service.submit(request, lambda event: self._deliver(req, event), ENDPOINT)
+            req.kept = self.service.keeper() if msg.keep_voice else None
+            req.accepted = self.service.submit(request, lambda event: self._deliver(req, event), ENDPOINT,
+                                               req.kept.on_tokens if req.kept else None)
         except ServiceError as exc:
             self._end(req, p.ErrorMsg(req.client_id, exc.code, exc.message, exc.field))
             return
@@ -247,12 +255,24 @@ class Connection:
             self._send_bytes(p.audio_frame(header, out.data), out.samples / req.encoder.out_rate)
         elif event.outcome == "done":
             timings = p.Timings(event.queue_ms, event.first_audio_ms, event.total_ms)
-            self._end(req, p.Done(req.client_id, req.audio_frames, event.audio_seconds, timings))
+            done = p.Done(req.client_id, req.audio_frames, event.audio_seconds, timings)
+            if req.kept is None:
+                self._end(req, done)
+            else:  # the voice's write started with the first chunk: `done` names it
+                req.task = asyncio.create_task(self._end_keeping(req, done))
         elif event.outcome == "cancelled":
             # not asked for by the client: the server is stopping (or gave up on the connection)
             self._end(req, p.Cancelled(req.client_id, reason=None if req.cancel_requested else STOPPING))
         else:
             self._end(req, p.ErrorMsg(req.client_id, "internal", event.message or "the engine failed on this request"))
+
+    async def _end_keeping(self, req: _Request, done: p.Done) -> None:
+        try:
+            done.voice_id = await req.kept.voice_id()
+        except KeepFailed as exc:
+            self._end(req, p.ErrorMsg(req.client_id, "internal", str(exc), "keep_voice"))
+            return
+        self._end(req, done)
 
     def _end(self, req: _Request, message: p.ServerMessage) -> None:
         if self.requests.get(req.client_id) is req:

@@ -34,6 +34,8 @@ def _form_text(form, name: str) -> str | None:
 
 @post("/voices", status_code=201)
 async def create_voice(request: Request, service: SynthesisService, config: ServerConfig) -> VoiceInfo:
+    """Upload a voice: multipart `audio` (wav, flac, ogg or mp3), its `text` transcript, an
+    optional `name` (unique: a name already taken is refused with 409)."""
     if service.draining:
         raise ApiError("busy", SHUTTING_DOWN)
     if request.content_type[0] != "multipart/form-data":
@@ -48,6 +50,9 @@ async def create_voice(request: Request, service: SynthesisService, config: Serv
         raise ApiError("text_too_long", f"text: over the limit of {config.max_text_chars} characters")
     if name is not None and (problem := name_problem(name, MAX_NAME_CHARS)):
         raise ApiError("invalid_request", problem, field="name")
+    if name is not None and name.strip().casefold() in BUILTIN_NAMES:
+        raise ApiError("name_taken", f"name: {name.strip()!r} is the name of a built-in voice; choose another "
+                       "name", field="name")
     data = await upload.read()
     limits = service.audio_limits
     try:
@@ -57,17 +62,21 @@ async def create_voice(request: Request, service: SynthesisService, config: Serv
     try:
         return await service.add_voice(audio, text, name.strip() if name else None)
     except ServiceError as exc:
-        raise ApiError(exc.code, exc.message) from None
+        raise ApiError(exc.code, exc.message, field=exc.field) from None
 
 
 @get("/voices")
 async def list_voices(service: SynthesisService) -> VoiceList:
-    """The built-in voices (OpenAI's names, `"builtin": true`) first, then the library's."""
-    return VoiceList(service.builtins.infos() + await asyncio.to_thread(service.voices.list))
+    """The built-in voices (OpenAI's names, `"builtin": true`) first, then the uploaded ones,
+    then those kept by requests (`keep_voice`: `"kept": true` and their `expires_at`)."""
+    library = await asyncio.to_thread(service.voices.list)
+    uploaded = [voice for voice in library if not voice.kept]
+    return VoiceList(service.builtins.infos() + uploaded + [voice for voice in library if voice.kept])
 
 
 @get("/voices/{voice_id:str}")
 async def get_voice(voice_id: str, service: SynthesisService) -> VoiceInfo:
+    """One voice by its id (a built-in name too)."""
     if voice_id in BUILTIN_NAMES:
         return next(info for info in service.builtins.infos() if info.id == voice_id)
     info = await asyncio.to_thread(service.voices.get, voice_id)
@@ -78,6 +87,7 @@ async def get_voice(voice_id: str, service: SynthesisService) -> VoiceInfo:
 
 @delete("/voices/{voice_id:str}", status_code=204)
 async def delete_voice(voice_id: str, service: SynthesisService) -> None:
+    """Delete a library voice (built-in voices cannot be deleted: 403)."""
     if voice_id in BUILTIN_NAMES:
         raise ApiError("invalid_request", f"voice: {voice_id!r} is a built-in voice; built-in voices "
                        "cannot be deleted", status=403)

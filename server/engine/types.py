@@ -134,6 +134,7 @@ class ChunkTokens:
     request_id: str
     chunk: int
     tokens: np.ndarray
+    text: str = ""  # the text this chunk speaks (a kept voice's transcript)
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ import tempfile
 from pathlib import Path
 
 from server.checkout import git_commit
+from server.cli_values import integer, positive_float, positive_int, share
 from server.launcher import ServerProcess
 from server.loadtest.clients import run_load
 from server.loadtest.report import passed
@@ -42,14 +43,14 @@ def build_parser() -> argparse.ArgumentParser:
         prog="chorus loadtest", description=__doc__.splitlines()[0],
         epilog="Arguments after `--` go to the `chorus serve` this command starts (without --url).")
     parser.add_argument("--url", default=None, help="a running server's base URL (default: start one on loopback)")
-    parser.add_argument("--server-pid", type=int, default=None, help="PID whose RSS to sample (with --url)")
-    parser.add_argument("--clients", type=int, default=50)
-    parser.add_argument("--seconds", type=float, default=30.0, help="how long clients send (then they drain)")
-    parser.add_argument("--inflight", type=int, default=2, help="requests each client keeps in flight")
-    parser.add_argument("--cancel-rate", type=float, default=0.15, help="share of requests cancelled soon after")
+    parser.add_argument("--server-pid", type=positive_int, default=None, help="PID whose RSS to sample (with --url)")
+    parser.add_argument("--clients", type=positive_int, default=50)
+    parser.add_argument("--seconds", type=positive_float, default=30.0, help="how long clients send (then they drain)")
+    parser.add_argument("--inflight", type=positive_int, default=2, help="requests each client keeps in flight")
+    parser.add_argument("--cancel-rate", type=share, default=0.15, help="share of requests cancelled soon after")
     parser.add_argument("--num-steps", default="4,8,16", help="step counts to pick from (comma-separated)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--rss-every", type=float, default=1.0, help="seconds between RSS samples")
+    parser.add_argument("--seed", type=integer, default=0)
+    parser.add_argument("--rss-every", type=positive_float, default=1.0, help="seconds between RSS samples")
     parser.add_argument("--api-key", default=None)
     parser.add_argument("--server-log", default=None, help="the started server's log (default: a temporary file)")
     parser.add_argument("--out", default=None, help="also write the JSON report here")

@@ -17,13 +17,13 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from msgspec import Struct
 
 from server import protocol as p
 from server.config import StreamLimits
-from server.encoders import StreamEncoder, default_rate, ws_encoder
+from server.encoders import default_rate, ws_encoder
 from server.engine.types import (
     ChunkAudio,
     ChunkTokens,
@@ -32,9 +32,11 @@ from server.engine.types import (
     SynthesisRequest,
     VoicePrompt,
 )
+from server.kept_voices import KeepFailed, KeptVoice
 from server.options import BY_NAME
 from server.service import ServiceError, SynthesisService
 from server.streaming.frames import SegmentMsg, StreamAudioHeader, StreamProgressMsg
+from server.streaming.pieces import PendingSegment, Segment
 from server.streaming.segmenter import Segmenter
 
 log = logging.getLogger("chorus.stream")
@@ -56,20 +58,6 @@ class Outlet:
     ended: Callable[[StreamSession], None]  # the stream sent its end; forget it
 
 
-@dataclass
-class _Segment:
-    index: int
-    text: str
-    request_id: str
-    submitted_at: float = 0.0
-    offset: int = 0  # where its audio starts in the stream (samples), set when it is the head
-    samples: int = 0
-    planned_s: float = 0.0  # the engine's estimate of its audio, until the audio is known
-    finished: bool = False
-    encoder: StreamEncoder | None = None  # one per segment: each ends with its last chunk
-    held: list[ChunkAudio] = field(default_factory=list)  # audio waiting for earlier segments
-
-
 class StreamSession:
     def __init__(self, msg: p.StreamOpen, request_prefix: str, service: SynthesisService,
                  limits: StreamLimits, outlet: Outlet):
@@ -83,10 +71,13 @@ class StreamSession:
         self.options = replace(p.generation_options(msg.options), chunk_threshold=NO_CHUNKING_S,
                                first_chunk_seconds=None)
         self.chained = msg.voice is None and msg.reference is None
+        self.kept: KeptVoice | None = service.keeper() if msg.keep_voice else None
+        self.normalize = msg.options.normalize_text
+        self.finishing = False  # `done` is waiting for the kept voice's id
         self.voice: VoicePrompt | None = None
         self.voice_ready = False
-        self.pending: deque[str] = deque()  # complete segments not yet submitted
-        self.segments: list[_Segment] = []
+        self.pending: deque[PendingSegment] = deque()  # complete segments not yet submitted
+        self.segments: list[Segment] = []
         self.head = 0  # the segment whose audio is being sent
         self.running = 0  # segments submitted and not finished
         self.planned_s = 0.0  # audio the submitted segments plan, together (the engine's estimate)
@@ -136,14 +127,14 @@ class StreamSession:
         self._rearm_idle()
         if self._over_buffer(len(text)):  # before the segmenter reads any of it
             return
-        self.pending.extend(self.segmenter.feed(text))
+        self._take(self.segmenter.feed(text))
         self._pump()
 
     def flush(self) -> None:
         if self._refuse_after_close("stream_flush"):
             return
         self._rearm_idle()
-        self.pending.extend(self.segmenter.flush())
+        self._take(self.segmenter.flush())
         self._pump()
 
     def close(self) -> None:
@@ -151,7 +142,7 @@ class StreamSession:
             return
         self.closed = True
         self._idle.cancel()
-        self.pending.extend(self.segmenter.flush())
+        self._take(self.segmenter.flush())
         self._pump()
 
     def cancel(self, reason: str | None = None) -> None:
@@ -167,19 +158,42 @@ class StreamSession:
                and self.running < self.limits.max_segments_inflight):
             if self.chained and self.segments and self.voice is None:
                 break  # later segments take the first one's tokens as their voice
-            self._submit(self.pending.popleft())
+            head = self.pending[0]
+            if head.spoken is not None and not head.spoken.done():
+                break  # still being normalised: `_take`'s callback pumps again
+            self.pending.popleft()
+            self._submit(head.text, self._spoken(head))
         self._maybe_done()
 
-    def _submit(self, text: str) -> None:
+    def _take(self, texts: list[str]) -> None:
+        """Complete segments in, each prepared (lexicon, `normalize_text`) now that it is whole
+        (segments keep their order: the head waits for its own)."""
+        for text in texts:
+            spoken = asyncio.ensure_future(self.service.text.prepare(text, self.msg.language, self.normalize,
+                                                                     self.msg.voice))
+            self.pending.append(PendingSegment(text, spoken))
+            spoken.add_done_callback(lambda _: self._pump())
+
+    def _spoken(self, piece: PendingSegment) -> str:
+        if piece.spoken is None:
+            return piece.text
+        if (failure := piece.spoken.exception()) is not None:  # e.g. the lexicon could not be read
+            log.error("preparing a segment's text failed: %r; spoken as written", failure,
+                      extra={"request_id": self.id})
+            return piece.text
+        return piece.spoken.result()
+
+    def _submit(self, text: str, spoken: str) -> None:
+        """Segment `text` (as its `segment` frame will say it), synthesised as `spoken`."""
         index = len(self.segments)
-        seg = _Segment(index, text, f"{self.prefix}/{self.id}/{index}", submitted_at=time.perf_counter())
+        seg = Segment(index, text, f"{self.prefix}/{self.id}/{index}", submitted_at=time.perf_counter())
         options = self.options
         if options.seed is not None:
             options = replace(options, seed=(options.seed + index) % _U64)
-        request = SynthesisRequest(request_id=seg.request_id, text=text, language=self.msg.language,
+        request = SynthesisRequest(request_id=seg.request_id, text=spoken, language=self.msg.language,
                                    instruct=self.msg.instruct, voice=self.voice, options=options,
                                    due_at=self._due_at(), progress=self.msg.progress)
-        on_tokens = self._first_tokens if self.chained and index == 0 else None
+        on_tokens = self._first_tokens if index == 0 and (self.chained or self.kept) else None
         try:
             accepted = self.service.submit(request, lambda event: self._on_event(seg, event), ENDPOINT, on_tokens)
         except ServiceError as exc:
@@ -201,13 +215,17 @@ class StreamSession:
         return self.first_audio_at + before
 
     def _first_tokens(self, event: ChunkTokens) -> None:
-        if event.chunk == 0 and self.voice is None:
-            self.voice = VoicePrompt(tokens=event.tokens, text=self.segments[0].text, rms=None)
+        """Segment 0's tokens: the voice of the rest (automatic and design modes) and, with
+        `keep_voice`, the voice kept: one prompt, so later requests sound like this stream."""
+        if self.kept is not None and event.chunk == 0:
+            self.kept.keep(event.tokens, event.text)
+        if self.chained and event.chunk == 0 and self.voice is None:
+            self.voice = VoicePrompt(tokens=event.tokens, text=event.text, rms=None)  # the text it speaks
             self._pump()
 
     def _over_buffer(self, arriving: int) -> bool:
         """Would `arriving` more characters take the text waiting over its limit? Then end."""
-        buffered = self.segmenter.buffered + sum(len(t) for t in self.pending) + arriving
+        buffered = self.segmenter.buffered + sum(len(piece.text) for piece in self.pending) + arriving
         if buffered > self.limits.max_buffered_chars:
             self._end(p.ErrorMsg(self.id, "stream_too_long",
                                  f"text: {buffered} characters waiting to be spoken, over the limit of "
@@ -215,7 +233,7 @@ class StreamSession:
                                  "text"))
         return buffered > self.limits.max_buffered_chars
 
-    def _over_audio_cap(self, seg: _Segment, planned: float) -> bool:
+    def _over_audio_cap(self, seg: Segment, planned: float) -> bool:
         """Would this segment take the stream's planned audio over `--max-audio-seconds`
         (one cap for a stream as for a request)? Then cancel it and end the stream."""
         cap = self.limits.max_audio_seconds
@@ -231,7 +249,7 @@ class StreamSession:
 
     # ---- audio out ----------------------------------------------------------------------
 
-    def _on_event(self, seg: _Segment, event: Progress | ChunkAudio | Finished) -> None:
+    def _on_event(self, seg: Segment, event: Progress | ChunkAudio | Finished) -> None:
         if self.ended:
             return
         if isinstance(event, Progress):  # the engine sends them only when the stream asked (`progress`)
@@ -255,7 +273,7 @@ class StreamSession:
             self._end(p.ErrorMsg(self.id, "internal", f"segment {seg.index}: "
                                  f"{event.message or 'the engine failed on this segment'}"))
 
-    def _send_audio(self, seg: _Segment, event: ChunkAudio) -> None:
+    def _send_audio(self, seg: Segment, event: ChunkAudio) -> None:
         if self.first_audio_at is None:
             self.first_audio_at = time.perf_counter()
             self.first_audio_ms = round((self.first_audio_at - self.segments[0].submitted_at) * 1000.0, 3)
@@ -285,11 +303,28 @@ class StreamSession:
                 nxt.held.clear()
 
     def _maybe_done(self) -> None:
-        if (self.closed and not self.ended and self.voice_ready and not self.pending
+        if (self.closed and not self.ended and not self.finishing and self.voice_ready and not self.pending
                 and self.head == len(self.segments) and self.segmenter.buffered == 0):
             total_ms = round((time.perf_counter() - self.opened_at) * 1000.0, 3)
-            self._end(p.Done(self.id, self.frames, round(self.offset / self.out_rate, 4),
-                             p.Timings(self.queue_ms, self.first_audio_ms, total_ms)))
+            done = p.Done(self.id, self.frames, round(self.offset / self.out_rate, 4),
+                          p.Timings(self.queue_ms, self.first_audio_ms, total_ms))
+            if self.kept is None:
+                self._end(done)
+            else:
+                self.finishing = True
+                self._task = asyncio.create_task(self._end_keeping(done))
+
+    async def _end_keeping(self, done: p.Done) -> None:
+        """`done` with the kept voice's id (its write started with segment 0's tokens)."""
+        try:
+            if not self.kept.started:
+                raise KeepFailed("keep_voice: the stream spoke no text, so it has no voice to keep")
+            done.voice_id = await self.kept.voice_id()
+        except KeepFailed as exc:
+            code = "internal" if self.kept.started else "invalid_request"
+            self._end(p.ErrorMsg(self.id, code, str(exc), "keep_voice"))
+            return
+        self._end(done)
 
     # ---- ending -------------------------------------------------------------------------
 
@@ -322,6 +357,9 @@ class StreamSession:
                 self.service.cancel(seg.request_id)
                 if seg.encoder is not None:
                     seg.encoder.close()
+        for piece in self.pending:
+            if piece.spoken is not None:
+                piece.spoken.cancel()
         self.pending.clear()
         self.outlet.send(message)
         self.outlet.ended(self)

@@ -8,10 +8,30 @@ from pathlib import Path
 
 from server.voices.postgres import PostgresVoiceStore
 from server.voices.sqlite import VoiceStore
-from server.voices.store import VOICE_ID, LibraryFull, VoiceInfo, VoiceLibrary, check_room, slug
+from server.voices.store import (
+    VOICE_ID,
+    LibraryFull,
+    NameTaken,
+    PronunciationTaken,
+    VoiceInfo,
+    VoiceLibrary,
+    check_room,
+    slug,
+)
 
-__all__ = ["VOICE_ID", "LibraryFull", "PostgresVoiceStore", "VoiceInfo", "VoiceLibrary", "VoiceStore",
-           "check_room", "open_voice_library", "slug"]
+__all__ = [
+    "VOICE_ID",
+    "LibraryFull",
+    "NameTaken",
+    "PostgresVoiceStore",
+    "PronunciationTaken",
+    "VoiceInfo",
+    "VoiceLibrary",
+    "VoiceStore",
+    "check_room",
+    "open_voice_library",
+    "slug",
+]
 
 
 def open_voice_library(voices_dir: Path, voices_db: str | None = None, *, max_voices: int | None = None,

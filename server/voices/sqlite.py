@@ -19,7 +19,20 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from server.voices.store import VOICE_ID, VoiceInfo, check_room, slug
+from server.text.lexicon import Pronunciation
+from server.voices.store import (
+    KEPT_PREFIX,
+    PRONUNCIATION_PREFIX,
+    VOICE_ID,
+    NameTaken,
+    PronunciationTaken,
+    VoiceInfo,
+    check_room,
+    live,
+    pronunciation_clash,
+    same_name,
+    slug,
+)
 
 log = logging.getLogger("chorus.voices")
 
@@ -29,12 +42,25 @@ CREATE TABLE IF NOT EXISTS voices (
     name TEXT NOT NULL,
     text TEXT NOT NULL,
     seconds REAL NOT NULL,
-    created_at INTEGER NOT NULL
+    created_at INTEGER NOT NULL,
+    kept INTEGER NOT NULL DEFAULT 0,
+    expires_at INTEGER
 )
 """
+_COLUMNS = "id, name, text, seconds, created_at, kept, expires_at"
+# libraries made before kept voices: the two columns are added in place
+_ADDED_COLUMNS = (("kept", "INTEGER NOT NULL DEFAULT 0"), ("expires_at", "INTEGER"))
+
+
+def _info(row) -> VoiceInfo:
+    voice_id, name, text, seconds, created_at, kept, expires_at = row
+    return VoiceInfo(voice_id, name, text, seconds, created_at, kept=bool(kept), expires_at=expires_at)
 # Built-in voices (OpenAI's names), made once per model: not library voices (never listed
 # with them, never deleted), so they live in their own table.
 _BUILTIN_SCHEMA = "CREATE TABLE IF NOT EXISTS builtin_voices (key TEXT PRIMARY KEY, blob BLOB NOT NULL)"
+# The pronunciation lexicon (`/v1/pronunciations`), kept with the voices it may name.
+_LEXICON_SCHEMA = ("CREATE TABLE IF NOT EXISTS pronunciations (id TEXT PRIMARY KEY, text TEXT NOT NULL, "
+                   "say TEXT NOT NULL, voice TEXT, created_at INTEGER NOT NULL)")
 
 
 @dataclass
@@ -53,7 +79,12 @@ class VoiceStore:
         self._db = sqlite3.connect(self.root / "index.sqlite3", check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(_SCHEMA)
+        have = {row[1] for row in self._db.execute("PRAGMA table_info(voices)")}
+        for column, kind in _ADDED_COLUMNS:
+            if column not in have:
+                self._db.execute(f"ALTER TABLE voices ADD COLUMN {column} {kind}")
         self._db.execute(_BUILTIN_SCHEMA)
+        self._db.execute(_LEXICON_SCHEMA)
         self._sweep()
 
     def close(self) -> None:
@@ -84,33 +115,55 @@ class VoiceStore:
 
     def add(self, name: str | None, text: str, seconds: float, blob: bytes) -> VoiceInfo:
         """Store an encoded voice: its row and its file, both or neither."""
-        base = slug(name or "voice")
         with self._lock:
-            count = self._db.execute("SELECT count(*) FROM voices").fetchone()[0]
+            count = self._db.execute("SELECT count(*) FROM voices WHERE kept = 0").fetchone()[0]
             check_room(count, self._stored_bytes(), len(blob), self.max_voices, self.max_bytes)
-            while True:
-                voice_id = f"{base}-{secrets.token_hex(4)}"
-                if self._db.execute("SELECT 1 FROM voices WHERE id = ?", (voice_id,)).fetchone() is None:
-                    break
-            path = self._path(voice_id)
-            assert path is not None
-            info = VoiceInfo(voice_id, name or voice_id, text, round(float(seconds), 3), int(time.time()))
-            tmp = path.with_suffix(".tmp")
+            if name is not None:
+                for row in self._db.execute(f"SELECT {_COLUMNS} FROM voices"):
+                    if same_name(row[1], name):
+                        raise NameTaken(_info(row))
+            return self._insert(slug(name or "voice"), name, text, seconds, blob)
+
+    def add_kept(self, text: str, seconds: float, blob: bytes, expires_at: int, max_kept: int) -> VoiceInfo:
+        with self._lock:
+            now = int(time.time())
+            doomed = [row[0] for row in self._db.execute(
+                "SELECT id FROM voices WHERE kept = 1 AND expires_at <= ?", (now,))]
+            kept = [row[0] for row in self._db.execute(
+                "SELECT id FROM voices WHERE kept = 1 AND expires_at > ? ORDER BY expires_at, id", (now,))]
+            doomed += kept[:max(0, len(kept) - max_kept + 1)]
+            for voice_id in doomed:
+                self._remove(voice_id)
+            return self._insert(KEPT_PREFIX, None, text, seconds, blob, expires_at)
+
+    def _insert(self, base: str, name: str | None, text: str, seconds: float, blob: bytes,
+                expires_at: int | None = None) -> VoiceInfo:
+        """Row and file, both or neither (the caller holds the lock)."""
+        while True:
+            voice_id = f"{base}-{secrets.token_hex(4)}"
+            if self._db.execute("SELECT 1 FROM voices WHERE id = ?", (voice_id,)).fetchone() is None:
+                break
+        path = self._path(voice_id)
+        assert path is not None
+        info = VoiceInfo(voice_id, name or voice_id, text, round(float(seconds), 3), int(time.time()),
+                         kept=expires_at is not None, expires_at=expires_at)
+        tmp = path.with_suffix(".tmp")
+        try:
+            tmp.write_bytes(blob)
+            self._db.execute("BEGIN IMMEDIATE")
             try:
-                tmp.write_bytes(blob)
-                self._db.execute("BEGIN IMMEDIATE")
-                try:
-                    self._db.execute("INSERT INTO voices VALUES (?, ?, ?, ?, ?)",
-                                     (info.id, info.name, info.text, info.seconds, info.created_at))
-                    os.replace(tmp, path)
-                    self._db.execute("COMMIT")
-                except BaseException:
-                    if self._db.in_transaction:
-                        self._db.execute("ROLLBACK")
-                    path.unlink(missing_ok=True)
-                    raise
-            finally:
-                tmp.unlink(missing_ok=True)
+                self._db.execute(f"INSERT INTO voices ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                                 (info.id, info.name, info.text, info.seconds, info.created_at,
+                                  int(info.kept), info.expires_at))
+                os.replace(tmp, path)
+                self._db.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                path.unlink(missing_ok=True)
+                raise
+        finally:
+            tmp.unlink(missing_ok=True)
         return info
 
     def _stored_bytes(self) -> int:
@@ -127,13 +180,15 @@ class VoiceStore:
         if self._path(voice_id) is None:
             return None
         with self._lock:
-            row = self._db.execute("SELECT * FROM voices WHERE id = ?", (voice_id,)).fetchone()
-        return VoiceInfo(*row) if row else None
+            row = self._db.execute(f"SELECT {_COLUMNS} FROM voices WHERE id = ?", (voice_id,)).fetchone()
+        info = _info(row) if row else None
+        return info if info is not None and live(info, time.time()) else None
 
     def list(self) -> list[VoiceInfo]:
         with self._lock:
-            rows = self._db.execute("SELECT * FROM voices ORDER BY created_at, id").fetchall()
-        return [VoiceInfo(*row) for row in rows]
+            rows = self._db.execute(f"SELECT {_COLUMNS} FROM voices ORDER BY created_at, id").fetchall()
+        now = time.time()
+        return [info for info in map(_info, rows) if live(info, now)]
 
     def load(self, voice_id: str) -> bytes | None:
         """The stored encoded voice, or None when there is no such voice."""
@@ -150,9 +205,36 @@ class VoiceStore:
         if path is None:
             return False
         with self._lock:
-            gone = self._db.execute("DELETE FROM voices WHERE id = ?", (voice_id,)).rowcount > 0
-            path.unlink(missing_ok=True)
+            return self._remove(voice_id)
+
+    def _remove(self, voice_id: str) -> bool:
+        """Row, then file (the caller holds the lock)."""
+        path = self._path(voice_id)
+        assert path is not None
+        gone = self._db.execute("DELETE FROM voices WHERE id = ?", (voice_id,)).rowcount > 0
+        path.unlink(missing_ok=True)
         return gone
+
+    def add_pronunciation(self, text: str, say: str, voice: str | None) -> Pronunciation:
+        with self._lock:
+            if (clash := pronunciation_clash(self._pronunciations(), text, voice)) is not None:
+                raise PronunciationTaken(clash)
+            entry = Pronunciation(f"{PRONUNCIATION_PREFIX}-{secrets.token_hex(4)}", text, say, voice)
+            self._db.execute("INSERT INTO pronunciations VALUES (?, ?, ?, ?, ?)",
+                             (entry.id, entry.text, entry.say, entry.voice, int(time.time())))
+        return entry
+
+    def list_pronunciations(self) -> list[Pronunciation]:
+        with self._lock:
+            return self._pronunciations()
+
+    def _pronunciations(self) -> list[Pronunciation]:
+        rows = self._db.execute("SELECT id, text, say, voice FROM pronunciations ORDER BY rowid")
+        return [Pronunciation(*row) for row in rows]
+
+    def delete_pronunciation(self, entry_id: str) -> bool:
+        with self._lock:
+            return self._db.execute("DELETE FROM pronunciations WHERE id = ?", (entry_id,)).rowcount > 0
 
     def load_builtin(self, key: str) -> bytes | None:
         with self._lock:

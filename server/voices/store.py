@@ -16,7 +16,18 @@ from typing import Protocol
 
 import msgspec
 
+from server.text.lexicon import Pronunciation
+
 VOICE_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,63}\Z")
+
+
+KEPT_PREFIX = "kept"  # kept voices' ids: kept-<hex>
+PRONUNCIATION_PREFIX = "say"  # lexicon entries' ids: say-<hex>
+
+
+def live(info: VoiceInfo, now: float) -> bool:
+    """Not a kept voice past its expiry (expired ones are swept at the next keep)."""
+    return info.expires_at is None or info.expires_at > now
 
 
 class LibraryFull(Exception):
@@ -34,6 +45,35 @@ def check_room(count: int, stored_bytes: int, new_bytes: int, max_voices: int | 
                           f"{max_bytes}); delete a voice first")
 
 
+class NameTaken(Exception):
+    """A voice already has this name (names are unique, compared case-blind, so a name
+    always finds one voice); `existing` is that voice."""
+
+    def __init__(self, existing: VoiceInfo):
+        super().__init__(f"name: {existing.name!r} is already the name of voice {existing.id!r}; "
+                         "choose another name, or delete that voice first")
+        self.existing = existing
+
+
+def same_name(a: str, b: str) -> bool:
+    return a.strip().casefold() == b.strip().casefold()
+
+
+class PronunciationTaken(Exception):
+    """The lexicon already says how to pronounce this text (for this voice); `existing` is
+    that entry."""
+
+    def __init__(self, existing: Pronunciation):
+        scope = f"voice {existing.voice!r}" if existing.voice else "every voice"
+        super().__init__(f"text: {existing.text!r} already has a pronunciation for {scope} (entry "
+                         f"{existing.id!r}); delete it first")
+        self.existing = existing
+
+
+def pronunciation_clash(entries: list[Pronunciation], text: str, voice: str | None) -> Pronunciation | None:
+    return next((e for e in entries if e.voice == voice and same_name(e.text, text)), None)
+
+
 class VoiceInfo(msgspec.Struct, frozen=True):
     """What clients see of a voice (`POST/GET /v1/voices`)."""
 
@@ -43,6 +83,8 @@ class VoiceInfo(msgspec.Struct, frozen=True):
     seconds: float
     created_at: int  # unix seconds
     builtin: bool = False  # OpenAI's names (alloy...): made by the server, not deletable
+    kept: bool = False  # made by a request's `keep_voice`: its own cap, gone at `expires_at`
+    expires_at: int | None = None  # unix seconds (kept voices only)
 
 
 # control (NUL, newlines...), format (bidi overrides, zero-width...), surrogates, line and
@@ -74,7 +116,13 @@ class VoiceLibrary(Protocol):
     max_bytes: int | None
 
     def add(self, name: str | None, text: str, seconds: float, blob: bytes) -> VoiceInfo:
-        """Store an encoded voice under a new id; `LibraryFull` past a limit."""
+        """Store an encoded voice under a new id; `LibraryFull` past a limit, `NameTaken`
+        when another voice has the name."""
+        ...
+
+    def add_kept(self, text: str, seconds: float, blob: bytes, expires_at: int, max_kept: int) -> VoiceInfo:
+        """Store a voice a request produced (`keep_voice`), removing expired kept voices and,
+        past `max_kept`, the ones closest to expiry (uploads are never touched)."""
         ...
 
     def get(self, voice_id: str) -> VoiceInfo | None: ...
@@ -86,6 +134,15 @@ class VoiceLibrary(Protocol):
         ...
 
     def delete(self, voice_id: str) -> bool: ...
+
+    def add_pronunciation(self, text: str, say: str, voice: str | None) -> Pronunciation:
+        """A lexicon entry under a new id; `PronunciationTaken` when the text has one for
+        the same voice (or for every voice)."""
+        ...
+
+    def list_pronunciations(self) -> list[Pronunciation]: ...
+
+    def delete_pronunciation(self, entry_id: str) -> bool: ...
 
     def load_builtin(self, key: str) -> bytes | None:
         """A built-in voice made before (by this replica or another), or None."""

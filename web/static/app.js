@@ -10,6 +10,7 @@ import { $, announce } from "./dom.js";
 import { FieldErrors, errorTarget } from "./field-errors.js";
 import { Job } from "./jobs.js";
 import { Knobs, optionTable } from "./knobs.js";
+import { LexiconPanel } from "./lexicon.js";
 import { VoiceLibrary } from "./library.js";
 import { LiveSession } from "./live.js";
 import { PlaybackQueue } from "./playback.js";
@@ -44,7 +45,8 @@ $("reset-knobs").addEventListener("click", () => knobs.reset());
 knobs.changed();
 
 const api = new VoicesApi(() => key.headers());
-const library = new VoiceLibrary(api, () => errors.clear("voice"));
+const lexicon = new LexiconPanel(() => key.headers(), () => api.list());
+const library = new VoiceLibrary(api, () => errors.clear("voice"), Boolean(boot.asr));
 const queue = new PlaybackQueue();
 $("play-one-at-a-time").addEventListener("change", (ev) => {
   queue.oneAtATime = ev.target.checked;
@@ -150,6 +152,7 @@ const status = new ConnectionStatus(key, (ready) => {
   if (ready.sample_rate) $("footer-rate").textContent = ready.sample_rate;
   applyLimits();
   if (!library.loaded || library.failed) library.refresh();
+  lexicon.refresh();
 });
 
 const connection = new Connection(() => key.streamUrl(), {
@@ -374,18 +377,33 @@ const live = new LiveSession({
   nextId,
   request: () => {
     errors.clearAll();
-    const picked = requestFields(0);
-    return picked && picked.fields;
+    return requestFields(0);
   },
   onError: (msg) => serverError(msg, null, { live: true }),
   stopOthers: () => queue.pause(),
+  onFinished: (rec) => liveResult(rec),
 });
+
+// A finished live stream as a result card: replay, WAV, and captions from its segments.
+function liveResult({ chunks, sampleRate, cues, text, label, done }) {
+  const id = nextId("live-result");
+  const title = text.replace(/\s+/g, " ").slice(0, 80) + (text.length > 80 ? "…" : "");
+  const summary = { title: `Live · ${title}`, fullText: text,
+                    meta: [label, languageLabel(), `${cues.length} segment${cues.length === 1 ? "" : "s"}`].join(" · ") };
+  const job = new Job(id, state.seq, summary, { cancel: cancelJob, remove: removeJob, announce, queue, downloadMp3 });
+  job.live = true;
+  state.jobs.set(id, job);
+  job.mount($("job-list"));
+  job.fromRecording(chunks, sampleRate, cues, done);
+  updateJobsUi();
+}
 
 const composeMode = () => document.querySelector('input[name="compose-mode"]:checked').value;
 function setComposeMode(mode) {
   $("text-field").hidden = mode !== "text";
   $("live-field").hidden = mode !== "live";
   $("generate").closest(".actions").hidden = mode !== "text";
+  knobs.setLive(mode === "live");
   if (mode === "text" && live.state === "open") live.close();
 }
 for (const radio of document.querySelectorAll('input[name="compose-mode"]')) {
@@ -400,4 +418,4 @@ updateJobsUi();
 connection.connect(); // the voice library loads once connected
 
 // For debugging and the browser tests.
-window.chorus = { state, connection, jobs: state.jobs, limits: state.limits, stats, boot, queue, live, knobs };
+window.chorus = { state, connection, jobs: state.jobs, limits: state.limits, stats, boot, queue, live, knobs, lexicon };

@@ -2,6 +2,7 @@
 // waveform, timings, downloads.
 
 import { StreamPlayer, encodeWav, stats } from "./audio.js";
+import { cueList, toVtt } from "./captions.js";
 import { toInt16 } from "./protocol.js";
 import { Waveform } from "./waveform.js";
 
@@ -39,6 +40,8 @@ export class Job {
     this.blobUrl = null;
     this.firstAudioAt = null;
     this.mp3 = false; // whether the server can make this request again as MP3 over HTTP
+    this.cues = []; // captions: {text, start, end} in samples (words, or a stream's segments)
+    this.captionsUrl = null;
 
     const tpl = document.getElementById("job-template");
     this.el = tpl.content.firstElementChild.cloneNode(true);
@@ -58,6 +61,8 @@ export class Job {
       play: q(".job-play"),
       queue: q(".job-queue"),
       download: q(".job-download"),
+      captions: q(".job-captions"),
+      cueBox: q(".job-cues"),
       mp3: q(".job-mp3"),
       cancel: q(".job-cancel"),
       remove: q(".job-remove"),
@@ -236,6 +241,36 @@ export class Job {
     this.$.download.download = `chorus-${this.seq}-${this.id}.wav`;
     this.$.download.hidden = false;
     this.$.mp3.hidden = this.state !== "done" || !this.mp3; // the server makes it again from the request
+    this.makeCaptions();
+  }
+
+  // Captions, when the result has timings (word timestamps, or a stream's segments).
+  makeCaptions() {
+    if (!this.cues.length) return;
+    const cues = [...this.cues].sort((a, b) => a.start - b.start);
+    if (this.captionsUrl) URL.revokeObjectURL(this.captionsUrl);
+    this.captionsUrl = URL.createObjectURL(toVtt(cues, this.sampleRate));
+    this.$.captions.href = this.captionsUrl;
+    this.$.captions.download = `chorus-${this.seq}-${this.id}.vtt`;
+    this.$.captions.setAttribute("aria-label", `Download the captions of request ${this.seq} (WebVTT)`);
+    this.$.captions.hidden = false;
+    this.$.cueBox.querySelector("ol")?.remove();
+    this.$.cueBox.append(cueList(cues, this.sampleRate));
+    this.$.cueBox.hidden = false;
+  }
+
+  // A result recorded elsewhere (a live stream): its audio, captions and end, as one finished card.
+  fromRecording(chunks, sampleRate, cues, done) {
+    this.sampleRate = sampleRate;
+    this.wave.setRate(sampleRate);
+    for (const pcm of chunks) {
+      this.chunks.push(pcm);
+      this.samples += pcm.length;
+      this.wave.add(pcm);
+    }
+    this.cues = cues;
+    this.firstAudioAt = performance.now();
+    this.onDone(done);
   }
 
   // ---- playback (started and stopped by the PlaybackQueue)
@@ -314,6 +349,7 @@ export class Job {
     this.player?.stop();
     this.wave?.destroy();
     if (this.blobUrl) URL.revokeObjectURL(this.blobUrl);
+    if (this.captionsUrl) URL.revokeObjectURL(this.captionsUrl);
     delete stats.byJob[this.id];
     delete stats.byJob[`${this.id}:replay`];
     this.el.remove();

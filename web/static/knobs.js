@@ -18,11 +18,14 @@ const TEXT = {
   chunk_threshold: { label: "Chunking threshold (s)", help: "Text estimated longer than this is split; 0 always splits." },
   denoise: { label: "Denoise", help: "Ask the model for clean audio." },
   postprocess: { label: "Post-process", help: "Trim silences and normalise loudness." },
+  normalize_text: { label: "Numbers as words", help: "Read $3.50, 12/05, Dr. as words (normalize_text). [B EY1 S] and pinyin stay as written." },
 };
 // Options with a control of their own rather than a knob of the grid.
 const PACING = ["speed", "duration"];
 const FAST_START = "first_chunk_seconds";
 const OWN_CONTROL = new Set([...PACING, FAST_START]);
+// What a text stream does not use: chunking (each segment is one chunk) and the delivery.
+const NOT_FOR_STREAMS = ["chunk_seconds", "chunk_threshold", FAST_START, "stream"];
 // Texts longer than this are "long": fast start is sent for them (the server chunks only
 // text estimated longer than `chunk_threshold`, about 30 s of speech, some 400 characters).
 export const FAST_START_MIN_CHARS = 200;
@@ -236,7 +239,18 @@ export class Knobs {
     }
     const fast = $(`knob-${FAST_START}`);
     if (fast && fast.value.trim() !== "" && chars > FAST_START_MIN_CHARS) options[FAST_START] = Number(fast.value);
+    if (this.live) for (const name of NOT_FOR_STREAMS) delete options[name];
     return options;
+  }
+
+  // Live mode: the settings a text stream does not use (it cuts its own segments, one chunk
+  // each, and streams them) are hidden, and not sent.
+  setLive(live) {
+    this.live = live;
+    for (const name of NOT_FOR_STREAMS) {
+      const wrap = this.container.querySelector(`[data-knob="${name}"]`);
+      if (wrap) wrap.hidden = live;
+    }
   }
 
   // "whole" or "chunk"

@@ -20,7 +20,10 @@ function blobToBase64(blob) {
 
 export class VoiceLibrary {
   // api: VoicesApi; onPicked(): a voice was picked (clears the voice error)
-  constructor(api, onPicked) {
+  // transcribes: the server has a speech recogniser (`--asr-model`), so a clip may come
+  // without its transcript
+  constructor(api, onPicked, transcribes = false) {
+    this.transcribes = transcribes;
     this.api = api;
     this.onPicked = onPicked;
     this.loaded = false;
@@ -102,13 +105,16 @@ export class VoiceLibrary {
     const radio = el("input", { type: "radio", name: "voice", id: rid, value: v.id, "data-name": name });
     if (v.id === current) radio.checked = true;
     radio.addEventListener("change", () => this.onPicked());
+    // A kept voice (a request's `keep_voice`) says so, and until when.
+    const kept = v.kept && v.expires_at ? `kept until ${new Date(v.expires_at * 1000).toLocaleString()}` : "";
     const meta = v.builtin
       ? ""
-      : [formatSeconds(v.seconds), v.text ? `“${v.text}”` : ""].filter(Boolean).join(" · ");
+      : [kept, formatSeconds(v.seconds), v.text ? `“${v.text}”` : ""].filter(Boolean).join(" · ");
     const label = el("label", { for: rid },
       el("span", { className: "voice-name", text: name }),
       el("span", { className: "voice-meta", text: meta }));
-    const li = el("li", { className: "voice-item", "data-voice-id": v.id, "data-builtin": v.builtin ? "yes" : null }, radio, label);
+    const li = el("li", { className: "voice-item", "data-voice-id": v.id, "data-builtin": v.builtin ? "yes" : null,
+                          "data-kept": v.kept ? "yes" : null }, radio, label);
     if (deletable) {
       const del = el("button", {
         type: "button", className: "icon-button danger-quiet", "aria-label": `Delete voice ${name}`, title: "Delete",
@@ -272,6 +278,15 @@ export class VoiceLibrary {
     this.hideFormErrors();
     if (!this.requireClip()) return;
     const text = $("voice-text").value.trim();
+    if (!text && !this.transcribes) {
+      // Asked now, not at Generate: a clip used once travels with its transcript.
+      $("voice-text-error").textContent =
+        "Type what the clip says: a clip used once needs its transcript (this server does not transcribe).";
+      $("voice-text-error").hidden = false;
+      $("voice-text").setAttribute("aria-invalid", "true");
+      $("voice-text").focus();
+      return;
+    }
     const label = `Unsaved clip · ${$("voice-name").value.trim() || this.clip.filename}`;
     this.once = { reference: { audio: await blobToBase64(this.clip.blob), text: text || null }, label };
     this.resetForm();

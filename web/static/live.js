@@ -1,7 +1,8 @@
 // Live mode: the text is streamed to the server as it is typed (`stream_open`,
 // `stream_append`, `stream_flush`, `stream_close`) and each sentence is heard as soon as it
 // is complete; the sentence being heard is highlighted, placed by the `segment` frames'
-// `offset_samples` against the playback clock.
+// `offset_samples` against the playback clock. When the stream ends, what was heard stays as a
+// result card (replay, WAV, captions from the segments' timings): `hooks.onFinished`.
 
 import { StreamPlayer, audioContext } from "./audio.js";
 import { $, announce, el } from "./dom.js";
@@ -12,8 +13,9 @@ const PAUSE_FLUSH_MS = 1200; // a pause this long speaks what is buffered
 const READING_WPM = 180; // pasted text is fed in at this pace
 
 export class LiveSession {
-  // hooks: {connection, nextId(), request(): {voice, reference, instruct, language, options}
-  // or null (it showed why), onError(msg, live), stopOthers()}
+  // hooks: {connection, nextId(), request(): {fields: {voice, reference, instruct, language,
+  // options}, label} or null (it showed why), onError(msg, live), stopOthers(),
+  // onFinished({chunks, sampleRate, cues, text, label, done})}
   constructor(hooks) {
     this.hooks = hooks;
     this.id = null;
@@ -56,8 +58,10 @@ export class LiveSession {
 
   async start() {
     if (this.state !== "off") return;
-    const request = this.hooks.request();
-    if (!request) return;
+    const picked = this.hooks.request();
+    if (!picked) return;
+    const request = picked.fields;
+    this.recording = { chunks: [], sampleRate: 24000, label: picked.label };
     $("live-error").hidden = true;
     this.box.removeAttribute("aria-invalid");
     audioContext(); // inside the click: playback may start later
@@ -186,11 +190,11 @@ export class LiveSession {
         this.onSegment(msg);
         break;
       case "done":
-        this.end(null);
+        this.end(null, false, msg);
         announce("Live stream finished.");
         break;
       case "cancelled":
-        this.end(null);
+        this.end(null, false, { type: "done", id: msg.id });
         break;
       case "error":
         this.hooks.onError(msg, this);
@@ -212,6 +216,10 @@ export class LiveSession {
       seg.end = Math.max(seg.end, start + pcm.length);
     }
     this.player.push(pcm, header.sample_rate || 24000);
+    if (this.recording) {
+      this.recording.chunks.push(pcm);
+      this.recording.sampleRate = header.sample_rate || 24000;
+    }
     this.follow();
   }
 
@@ -257,7 +265,8 @@ export class LiveSession {
   }
 
   // The stream is over (done, error, or the connection went).
-  end(message, failed = Boolean(message)) {
+  end(message, failed = Boolean(message), done = null) {
+    this.keepResult(done || { type: "done", id: this.id });
     clearTimeout(this.sendTimer);
     clearTimeout(this.pauseTimer);
     this.sendTimer = null;
@@ -270,6 +279,18 @@ export class LiveSession {
     this.sent = 0;
     this.id = null;
     this.setState("off", failed ? "Stopped" : "Finished");
+  }
+
+  // What was heard, as a finished result: its audio and the segments' text and timings.
+  keepResult(done) {
+    const rec = this.recording;
+    this.recording = null;
+    if (!rec || !rec.chunks.length) return;
+    const cues = [...this.segments.values()]
+      .filter((seg) => seg.known)
+      .map((seg) => ({ text: seg.span.textContent, start: seg.start, end: seg.end }));
+    const text = cues.map((c) => c.text.trim()).join(" ") || this.box.value.trim();
+    this.hooks.onFinished({ ...rec, cues, text, done });
   }
 
   // The connection was lost mid-stream.

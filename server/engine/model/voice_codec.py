@@ -39,4 +39,5 @@ def voice_from_bytes(data: bytes) -> VoicePrompt:
         if version != FORMAT_VERSION:
             raise ValueError(f"unsupported stored voice format {version}")
         tokens = torch.from_numpy(npz["tokens"].astype(np.int64))
-        return VoicePrompt(tokens=tokens, text=str(npz["text"]), rms=float(npz["rms"]))
+        rms = float(npz["rms"])  # NaN: written from None (a voice made of generated tokens)
+        return VoicePrompt(tokens=tokens, text=str(npz["text"]), rms=None if np.isnan(rms) else rms)

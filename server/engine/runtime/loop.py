@@ -330,7 +330,8 @@ class EngineLoop:
         state = done.state
         if state.finished:
             return
-        self.book.emit(state, ChunkTokens(state.request_id, done.index, done.tokens))
+        text = state.plan.chunks[done.index].text
+        self.book.emit(state, ChunkTokens(state.request_id, done.index, done.tokens, text))
         state.raw_audio[done.index] = None if done.post_processed else done.audio
         if done.post_processed:
             self.book.send_audio(state, done.index, done.audio, final=done.index == state.num_chunks - 1)

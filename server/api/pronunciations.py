@@ -1,0 +1,67 @@
+"""`/v1/pronunciations`: the lexicon. A word or phrase and what to say instead (other words,
+or a CMU form in brackets), for every voice or for one (`server.text.lexicon`); stored with
+the voice library, applied to every request's text before synthesis."""
+
+from __future__ import annotations
+
+import asyncio
+
+import msgspec
+from litestar import Request, delete, get, post
+
+from server import protocol as p
+from server.api.errors import ApiError
+from server.builtin_voices import BUILTIN_NAMES
+from server.service import SynthesisService
+from server.text.lexicon import Pronunciation, entry_problem
+from server.voices import PronunciationTaken
+
+
+class NewPronunciation(msgspec.Struct, forbid_unknown_fields=True):
+    text: str
+    say: str
+    voice: str | None = None
+
+
+class PronunciationList(msgspec.Struct):
+    pronunciations: list[Pronunciation]
+
+
+@get("/pronunciations")
+async def list_pronunciations(service: SynthesisService) -> PronunciationList:
+    """Every entry, oldest first."""
+    return PronunciationList(await asyncio.to_thread(service.voices.list_pronunciations))
+
+
+@post("/pronunciations", status_code=201)
+async def add_pronunciation(request: Request, service: SynthesisService) -> Pronunciation:
+    """A new entry: JSON `{"text": WORD_OR_PHRASE, "say": REPLACEMENT_OR_[CMU FORM], "voice":
+    null or a voice id}`; 409 when the text already has one for that voice."""
+    try:
+        new = msgspec.convert(p.decode_json(await request.body()), NewPronunciation)
+    except p.ProtocolError as exc:
+        raise ApiError(exc.code, exc.message) from None
+    except msgspec.ValidationError as exc:
+        field, message = p.describe_validation_error(exc)
+        raise ApiError("invalid_request", message, field=field) from None
+    text, say = " ".join(new.text.split()), new.say.strip()
+    if (problem := entry_problem(text, say)) is not None:
+        raise ApiError("invalid_request", problem[1], field=problem[0])
+    voice = new.voice
+    if voice is not None and voice not in BUILTIN_NAMES and await asyncio.to_thread(service.voices.get, voice) is None:
+        raise ApiError("voice_not_found", f"voice: no voice {voice!r} (give a voice's id, or null for every "
+                       "voice)", field="voice")
+    try:
+        entry = await asyncio.to_thread(service.voices.add_pronunciation, text, say, voice)
+    except PronunciationTaken as exc:
+        raise ApiError("name_taken", str(exc), field="text") from None
+    service.text.changed()
+    return entry
+
+
+@delete("/pronunciations/{entry_id:str}", status_code=204)
+async def delete_pronunciation(entry_id: str, service: SynthesisService) -> None:
+    """Delete an entry."""
+    if not await asyncio.to_thread(service.voices.delete_pronunciation, entry_id):
+        raise ApiError("invalid_request", f"no pronunciation {entry_id!r}", status=404)
+    service.text.changed()
