@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from types import ModuleType
+from urllib.parse import quote
 
 _CLAUSES = re.compile(r"[,，.。;；!！?？\n]+")
 _CJK = re.compile(r"[\u4e00-\u9fff]")
@@ -111,6 +112,4 @@ def _leftover(clause: str, items: list[str]) -> bool:
 def header_value(ignored: list[str]) -> str:
     """`X-Chorus-Ignored-Instructions`: the ignored pieces joined by "; ", percent-encoded
     where not printable ASCII (headers are Latin-1 on the wire)."""
-    from urllib.parse import quote
-
     return quote("; ".join(ignored), safe=" !\"#$&'()*+,-./:;<=>?@[]^_`{|}~")[:1000]
