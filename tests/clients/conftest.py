@@ -8,20 +8,25 @@ The Pipecat and LiveKit tests skip where those frameworks are not installed, unl
 
 from __future__ import annotations
 
+import asyncio
 import io
 import math
 import os
+import re
 import struct
 import sys
 import wave
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.clients.chorus_process import ROOT, ChorusProcess, make_checkpoint
 
-if str(ROOT / "client") not in sys.path:
-    sys.path.insert(0, str(ROOT / "client"))
+# the client from this checkout (installed or not), and the examples, which the tests run
+for folder in (ROOT / "client", ROOT / "examples"):
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
 
 
 def require_framework(module: str):
@@ -71,3 +76,37 @@ def speech_like_wav(seconds: float = 2.0, sample_rate: int = 16000) -> bytes:
 @pytest.fixture(scope="session")
 def reference_wav() -> bytes:
     return speech_like_wav()
+
+
+@pytest.fixture(scope="session")
+def library_voice(chorus_url, reference_wav) -> str:
+    """A voice saved in the session server's library (its id)."""
+    from chorus_client import ChorusClient  # importable once the path above is set
+
+    async def upload() -> str:
+        async with ChorusClient(chorus_url) as client:
+            return (await client.upload_voice(reference_wav, "A short test clip.", name="agent-voice")).id
+
+    return asyncio.run(upload())
+
+
+def cancelled_requests(url: str) -> float:
+    """The server's count of requests that ended cancelled (its Prometheus metrics)."""
+    text = httpx.get(f"{url}/metrics").text
+    return sum(float(m.group(1)) for m in re.finditer(r'chorus_requests_total\{[^}]*outcome="cancelled"[^}]*\} (\S+)',
+                                                       text))
+
+
+def stream_audio(url: str, answer: str, *, tokens, **options) -> bytes:
+    """The audio of one answer streamed token by token with the plain client: what a
+    framework plugin given the same text and options must deliver, byte for byte."""
+    from chorus_client import ChorusClient  # importable once the path above is set
+
+    async def speak() -> bytes:
+        async with ChorusClient(url) as client, client.stream(**options) as stream:
+            for token in tokens(answer):
+                await stream.append(token)
+            await stream.close()
+            return (await stream.collect()).audio
+
+    return asyncio.run(speak())
