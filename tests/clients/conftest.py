@@ -29,6 +29,10 @@ for folder in (ROOT / "client", ROOT / "examples"):
         sys.path.insert(0, str(folder))
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "bench: a benchmark's logic, briefly on CPU")
+
+
 def require_framework(module: str):
     """`pytest.importorskip`, or a hard import when CI requires the frameworks."""
     if os.environ.get("CHORUS_REQUIRE_CLIENT_FRAMEWORKS") == "1":
