@@ -56,7 +56,7 @@ class _Request:
     async def start(self) -> None:
         """Send the request (done on first use; call it to send before reading)."""
         async with self._start_lock:
-            if self._conn is not None:
+            if self._conn is not None or self.ended:
                 return
             conn = await self._connect()
             self._route = conn.register(self.id, self._sample_rate)
@@ -73,19 +73,22 @@ class _Request:
         if self.ended or self.cancel_requested:
             return
         self.cancel_requested = True
-        if self._conn is not None:
-            try:
-                await self._conn.send({"type": "cancel", "id": self.id})
-            except ChorusError:
-                self._finish()
+        async with self._start_lock:  # a start in progress sends first, then this cancel
+            conn = self._conn
+            if conn is None:  # never sent: nothing to stop
+                self.ended = True
+                return
+        try:
+            await conn.send({"type": "cancel", "id": self.id})
+        except ChorusError:
+            self._finish()
 
     def __aiter__(self) -> _Request:
         return self
 
     async def __anext__(self) -> Event:
         await self.start()
-        assert self._route is not None
-        while not self.ended:
+        while not self.ended and self._route is not None:
             item = await self._route.queue.get()
             if isinstance(item, ChorusError):
                 self._finish()
