@@ -145,8 +145,18 @@ class ChorusTTSService(TTSService):
 
     async def flush_audio(self, context_id: str | None = None):
         """The LLM's response ended: no more text for this turn's stream."""
-        stream = self._streams.get(context_id or self.get_active_audio_context_id() or "")
-        if stream is not None:
+        await self._close_input(context_id or self.get_active_audio_context_id())
+
+    async def on_turn_context_completed(self):
+        """Close the turn's stream even when Pipecat skips `flush_audio` (its audio context
+        timed out before the first audio came), so the server never waits for more text."""
+        context_id = self._turn_context_id
+        await super().on_turn_context_completed()
+        await self._close_input(context_id)
+
+    async def _close_input(self, context_id: str | None) -> None:
+        stream = self._streams.get(context_id or "")
+        if stream is not None and not stream.input_closed:
             try:
                 await stream.close()
             except ChorusError as err:
@@ -177,6 +187,9 @@ class ChorusTTSService(TTSService):
         try:
             async for event in stream:
                 if isinstance(event, AudioChunk):
+                    if not self.audio_context_available(context_id) and context_id != self._turn_context_id:
+                        await stream.cancel()  # interrupted before its stream was registered: stop it
+                        continue
                     await self.append_to_audio_context(context_id, TTSAudioRawFrame(
                         audio=event.data, sample_rate=event.sample_rate, num_channels=1, context_id=context_id))
                 elif isinstance(event, Words):
