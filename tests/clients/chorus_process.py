@@ -49,6 +49,7 @@ class ChorusProcess:
         self.workdir.mkdir(parents=True, exist_ok=True)
         cmd = [server_python(), "-m", "server", "serve", "--model", str(self.model), "--host", "127.0.0.1",
                "--port", str(self.port), "--voices-dir", str(self.workdir / "voices"), *self.flags]
+        self.url = ""
         log = open(self.log_path, "ab")  # noqa: SIM115 - open while the process runs
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=server_env(), stdout=subprocess.PIPE, stderr=log)
         ready = threading.Event()

@@ -259,6 +259,20 @@ def test_reconnects_after_the_server_closes_the_socket(keyed_server, reference_w
     assert opened == 2
 
 
+def test_reconnects_after_a_server_restart(keyed_server):
+    async def go():
+        async with ChorusClient(keyed_server.url, api_key="sekret", reconnect_attempts=10) as client:
+            before = await client.synthesize("Before the restart.", options=FAST).collect()
+            keyed_server.stop()  # the drain closes the socket (1001)
+            await asyncio.to_thread(keyed_server.start)  # the same port
+            after = await client.synthesize("After the restart.", options=FAST).collect()
+            return before, after, client.connections_opened
+
+    before, after, opened = run(go())
+    assert before.done is not None and after.done is not None
+    assert opened == 2
+
+
 @pytest.mark.parametrize("encoding,width", [("f32le", 4), ("mulaw", 1)])
 def test_encodings_and_rates(chorus_url, encoding, width):
     async def go():
