@@ -145,22 +145,28 @@ async def run_agent(url: str, answers: list[str], *, barge_in: Iterable[int] = (
     await runner.add_workers(worker)
     running = asyncio.create_task(runner.run())
     await asyncio.wait_for(started.wait(), 60)
-    for index, answer in enumerate(answers):
-        before = len(sink.turns)
-        await worker.queue_frame(LLMFullResponseStartFrame())
-        for token in llm_tokens(answer):
-            await worker.queue_frame(LLMTextFrame(token))
-            await asyncio.sleep(token_delay_s)
-        await worker.queue_frame(LLMFullResponseEndFrame())
-        if index in barge_in:
-            await sink.wait_for(lambda before=before: len(sink.turns) > before and sink.turns[-1].frames > 0)
-            await worker.queue_frame(InterruptionFrame())
-            await sink.wait_for(lambda: sink.turns[-1].context_id in sink.interrupted)
-        else:
-            await sink.wait_for(lambda before=before: bool(errors.errors)
-                                or (len(sink.turns) > before and sink.turns[-1].stopped))
-    await worker.stop_when_done()
-    await running
+    finished = False
+    try:
+        for index, answer in enumerate(answers):
+            before = len(sink.turns)
+            await worker.queue_frame(LLMFullResponseStartFrame())
+            for token in llm_tokens(answer):
+                await worker.queue_frame(LLMTextFrame(token))
+                await asyncio.sleep(token_delay_s)
+            await worker.queue_frame(LLMFullResponseEndFrame())
+            if index in barge_in:
+                await sink.wait_for(lambda before=before: len(sink.turns) > before and sink.turns[-1].frames > 0)
+                await worker.queue_frame(InterruptionFrame())
+                await sink.wait_for(lambda: sink.turns[-1].context_id in sink.interrupted)
+            else:
+                await sink.wait_for(lambda before=before: bool(errors.errors)
+                                    or (len(sink.turns) > before and sink.turns[-1].stopped))
+        await worker.stop_when_done()
+        finished = True
+    finally:
+        if not finished:  # a turn failed or timed out: stop the pipeline, then let the error out
+            await worker.cancel(reason="the agent run failed")
+        await running
     return AgentRun(sink.turns, errors.errors, sample_rate)
 
 

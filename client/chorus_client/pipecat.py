@@ -73,6 +73,10 @@ class ChorusTTSService(TTSService):
         pick the voice, the same for every turn; `options` are Chorus's generation options;
         `timestamps="word"` asks for word timings (sent to the server as is); `client` shares
         an existing `ChorusClient` (the service then leaves it open at stop)."""
+        # Pipecat ends an audio context that gets no audio for this long; this service ends
+        # each context itself (done, error, interruption), so a busy server's slow first
+        # audio must not end a turn before it starts.
+        kwargs.setdefault("stop_frame_timeout_s", 30.0)
         super().__init__(
             text_aggregation_mode=text_aggregation_mode or TextAggregationMode.TOKEN,
             push_text_frames=timestamps is None,
