@@ -97,6 +97,7 @@ class ChorusTTSService(TTSService):
         self._client = client
         self._streams: dict[str, TextStream] = {}
         self._receivers: dict[str, asyncio.Task] = {}
+        self._failed: set[str] = set()  # contexts whose stream the server ended with an error
         self.last_voice_id: str | None = None  # with keep_voice: the voice the last turn kept
 
     def can_generate_metrics(self) -> bool:
@@ -137,6 +138,9 @@ class ChorusTTSService(TTSService):
 
     async def run_tts(self, text: str, context_id: str) -> AsyncGenerator[Frame | None, None]:
         """Append the text to the turn's stream, opening it on the turn's first text."""
+        if context_id in self._failed:  # reported once; the rest of the turn's text is dropped
+            yield None
+            return
         try:
             stream = self._streams.get(context_id) or await self._open_stream(context_id)
             await stream.append(text)
@@ -156,7 +160,16 @@ class ChorusTTSService(TTSService):
         timed out before the first audio came), so the server never waits for more text."""
         context_id = self._turn_context_id
         await super().on_turn_context_completed()
-        await self._close_input(context_id)
+        if context_id in self._failed:
+            self._failed.discard(context_id)
+            await self._end_context(context_id)
+        else:
+            await self._close_input(context_id)
+
+    async def _end_context(self, context_id: str) -> None:
+        if self.audio_context_available(context_id):
+            await self.append_to_audio_context(context_id, TTSStoppedFrame(context_id=context_id))
+            await self.remove_audio_context(context_id)
 
     async def _close_input(self, context_id: str | None) -> None:
         stream = self._streams.get(context_id or "")
@@ -169,6 +182,7 @@ class ChorusTTSService(TTSService):
     async def on_audio_context_interrupted(self, context_id: str):
         """Barge-in: cancel the turn's stream now; nothing more of it is played."""
         await self.stop_all_metrics()
+        self._failed.discard(context_id)
         await self._end_stream(context_id, cancel=True)
         await super().on_audio_context_interrupted(context_id)
 
@@ -207,9 +221,10 @@ class ChorusTTSService(TTSService):
                     break
         except ChorusError as err:
             await self._report(err)
-            if self.audio_context_available(context_id):
-                await self.append_to_audio_context(context_id, TTSStoppedFrame(context_id=context_id))
-                await self.remove_audio_context(context_id)
+            if context_id == self._turn_context_id:  # its turn's text still comes: end it with the turn
+                self._failed.add(context_id)
+            else:
+                await self._end_context(context_id)
         finally:
             self._streams.pop(context_id, None)
             self._receivers.pop(context_id, None)
