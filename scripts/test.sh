@@ -20,8 +20,13 @@ fi
 export CHORUS_E2E_REQUIRE_BROWSER=1 CHORUS_REQUIRE_POSTGRES=1
 # tests/ on two workers (pytest-xdist: much of it waits on servers and sockets); then the
 # benchmark suite's tests (marker `bench`, left out of a plain `pytest`) with the kernel
-# micro-benchmarks' own; then the browser tests in one process (Playwright's sync API keeps an
-# event loop running in it).
-.venv/bin/python -m pytest -q -n 2 tests "$@"
-.venv/bin/python -m pytest -q -n 2 -m bench tests microbench/tests "$@"
+# micro-benchmarks' own; then the client and its Pipecat and LiveKit plugins in their own
+# environment (scripts/setup-clients.sh) against a `chorus serve` run by .venv (a missing
+# framework is a failure, not a skip); last the browser tests in one process (Playwright's
+# sync API keeps an event loop running in it).
+.venv/bin/python -m pytest -q -n 2 tests --ignore=tests/clients "$@"
+.venv/bin/python -m pytest -q -n 2 -m bench tests microbench/tests --ignore=tests/clients "$@"
+scripts/setup-clients.sh
+CHORUS_REQUIRE_CLIENT_FRAMEWORKS=1 CHORUS_SERVER_PYTHON=.venv/bin/python \
+  .venv-clients/bin/python -m pytest -q -n 2 -m "bench or not bench" tests/clients "$@"
 exec .venv/bin/python -m pytest -q e2e "$@"
