@@ -87,6 +87,7 @@ class VoiceFields(Struct, forbid_unknown_fields=True, kw_only=True):
     progress: bool = True
     options: Options = field(default_factory=Options)
     keep_voice: bool = False  # `done` then carries `voice_id`: this speaker, for later requests
+    timestamps: Literal["word", "char"] | None = None  # `words` frames after each chunk's audio
 
 
 class Synthesize(VoiceFields, tag="synthesize", tag_field="type", forbid_unknown_fields=True, kw_only=True):
@@ -235,6 +236,7 @@ _RULES = {
     "id": "must be 1-64 characters of A-Z a-z 0-9 _ . -",
     "encoding": "must be one of " + ", ".join(ENCODINGS),
     "stream": "must be chunk or whole",
+    "timestamps": "must be word, char or null",
 }
 _AT = re.compile(r"^(?P<msg>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
 _UNKNOWN = re.compile(r"Object contains unknown field `(?P<name>[^`]*)`")

@@ -41,6 +41,7 @@ class SpeechRequest(Options, forbid_unknown_fields=True, kw_only=True):
     keep_voice: bool = False  # keep this speaker: its id in `X-Chorus-Voice-Id` (and sse's done event)
     # OpenAI's voices read "$3.50" and "12/05" as words: on here unless the body says false
     normalize_text: bool | None = None
+    timestamps: Literal["word", "char"] | None = None  # with sse: speech.audio.words events
 
     @property
     def voice_name(self) -> str | None:
@@ -53,6 +54,7 @@ class SpeechRequest(Options, forbid_unknown_fields=True, kw_only=True):
 _SPEECH_RULES: dict[str, str] = {}
 _SPEECH_RULES["response_format"] = "must be mp3, opus, aac, flac, wav or pcm"
 _SPEECH_RULES["stream_format"] = "must be audio or sse"
+_SPEECH_RULES["timestamps"] = "must be word, char or null"
 
 
 def parse_speech_request(body: bytes) -> SpeechRequest:

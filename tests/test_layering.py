@@ -9,7 +9,8 @@ WEB_MODULES = ["server.app", "server.protocol", "server.service", "server.voices
                "server.voices.postgres", "server.audio_io", "server.metrics", "server.api.stream",
                "server.api.speech", "server.api.voices", "server.api.ops", "server.encoders",
                "server.instructions", "server.builtin_voices", "server.speech_body", "server.kept_voices",
-               "server.text.normalize", "server.text.prepare", "server.api.schema_page"]
+               "server.text.normalize", "server.text.prepare", "server.api.schema_page", "server.text.lexicon",
+               "server.api.pronunciations", "server.timestamps.clock", "server.timestamps.model_words"]
 
 
 def test_web_layer_imports_no_torch():

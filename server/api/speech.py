@@ -39,6 +39,7 @@ from server.instructions import header_value, map_instructions
 from server.kept_voices import KeepFailed
 from server.service import ServiceError, SynthesisService
 from server.speech_body import parse_speech_request
+from server.timestamps.clock import WordClock
 
 log = logging.getLogger("chorus.speech")
 _request_ids = itertools.count(1)
@@ -109,6 +110,10 @@ async def speech(request: Request, service: SynthesisService, config: ServerConf
     request_id = f"h{next(_request_ids)}"
     fmt = body.response_format
     sse = body.stream_format == "sse"
+    if body.timestamps and not sse:
+        service.reject(ENDPOINT, "invalid_request")
+        raise ApiError("invalid_request", 'timestamps: need "stream_format": "sse" (the words come as '
+                       "speech.audio.words events between the audio's)", field="timestamps")
     instructions = map_instructions(body.instructions)
     try:
         voice = await _voice(service, body.voice_name)
@@ -124,7 +129,10 @@ async def speech(request: Request, service: SynthesisService, config: ServerConf
         )
         events: asyncio.Queue = asyncio.Queue()
         kept = service.keeper() if body.keep_voice else None
-        accepted = service.submit(synth, events.put_nowait, ENDPOINT, kept.on_tokens if kept else None)
+        clock = WordClock(request_id, body.timestamps) if body.timestamps else None
+        hooks = [hook.on_tokens for hook in (kept, clock) if hook is not None]
+        accepted = service.submit(synth, events.put_nowait, ENDPOINT,
+                                  (lambda event: [hook(event) for hook in hooks]) if hooks else None)
     except ServiceError as exc:
         raise _http_error(exc) from None
 
@@ -156,8 +164,9 @@ async def speech(request: Request, service: SynthesisService, config: ServerConf
 
     frames = [0.0]  # the audio's seconds, for the sse usage
 
-    async def audio() -> AsyncIterator[bytes]:
-        """The format's bytes as each chunk arrives; ends cut short if the request fails."""
+    async def audio() -> AsyncIterator[tuple[bytes, dict | None]]:
+        """The format's bytes as each chunk arrives, with its words (`timestamps`, sse only);
+        ends cut short if the request fails."""
         encoder: StreamEncoder | None = None if fmt == "flac" else http_encoder(fmt, rate)
         try:
             event: ChunkAudio | Finished = first
@@ -166,8 +175,14 @@ async def speech(request: Request, service: SynthesisService, config: ServerConf
                 # flac (only with sse): the whole file in one delta
                 data = encode_flac(event.audio, rate) if encoder is None else encoder.push(
                     event.audio, last=event.final).data
-                if data:
-                    yield data
+                words = None
+                if clock is not None:
+                    text = clock.whole_text() if fmt == "flac" else clock.texts.get(event.chunk, "")
+                    frame = clock.frame(text, event.audio.shape[-1], rate, rate)
+                    words = {**msgspec.to_builtins(frame), "type": "speech.audio.words"}
+                    del words["id"]
+                if data or words:
+                    yield data, words
                 event = await _next_audio(events)
             if event.outcome != "done":  # cut the body short: the client sees a broken stream
                 raise RuntimeError(f"request {request_id} ended mid-stream: {event.outcome} ({event.message})")
@@ -179,11 +194,15 @@ async def speech(request: Request, service: SynthesisService, config: ServerConf
         ended = False
         try:
             if not sse:
-                async for data in audio():
-                    yield data
+                async for data, _ in audio():
+                    if data:
+                        yield data
             else:
-                async for data in audio():
-                    yield _sse({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()})
+                async for data, words in audio():
+                    if data:
+                        yield _sse({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()})
+                    if words:
+                        yield _sse(words)
                 # usage: input words and output codec frames (OmniVoice's audio tokens, 25 a second)
                 words, tokens = len(body.input.split()), round(frames[0] * AUDIO_TOKENS_PER_SECOND)
                 done = {"type": "speech.audio.done",

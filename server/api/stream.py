@@ -29,6 +29,7 @@ from server.engine.types import Accepted, ChunkAudio, Finished, Progress, Synthe
 from server.kept_voices import KeepFailed, KeptVoice
 from server.service import ServiceError, SynthesisService
 from server.streaming.streams import ConnectionStreams
+from server.timestamps.clock import WordClock
 
 log = logging.getLogger("chorus.stream")
 _connection_ids = itertools.count(1)
@@ -51,6 +52,8 @@ class _Request:
     sample_rate: int | None = None  # asked for; None: the encoding's default
     encoder: StreamEncoder | None = None  # made at the first audio (the engine's rate is known then)
     kept: KeptVoice | None = None  # `keep_voice`: its ticket
+    words: WordClock | None = None  # `timestamps`: each chunk's words on the audio's clock
+    whole: bool = False  # `stream: "whole"`: one audio frame, one words frame
 
 
 class Connection:
@@ -216,8 +219,11 @@ class Connection:
                 options=p.generation_options(msg.options), progress=req.progress,
             )
             req.kept = self.service.keeper() if msg.keep_voice else None
+            req.words = WordClock(req.client_id, msg.timestamps) if msg.timestamps else None
+            req.whole = msg.stream_mode == "whole"
+            hooks = [hook.on_tokens for hook in (req.kept, req.words) if hook is not None]
             req.accepted = self.service.submit(request, lambda event: self._deliver(req, event), ENDPOINT,
-                                               req.kept.on_tokens if req.kept else None)
+                                               (lambda event: [hook(event) for hook in hooks]) if hooks else None)
         except ServiceError as exc:
             self._end(req, p.ErrorMsg(req.client_id, exc.code, exc.message, exc.field))
             return
@@ -247,6 +253,9 @@ class Connection:
                                    out.samples, packets=out.packets)
             req.audio_frames += 1
             self._send_bytes(p.audio_frame(header, out.data))
+            if req.words is not None:  # after the chunk's audio: its words, on the same clock
+                text = req.words.whole_text() if req.whole else req.words.texts.get(event.chunk, "")
+                self._send(req.words.frame(text, event.audio.shape[-1], event.sample_rate, req.encoder.out_rate))
         elif event.outcome == "done":
             timings = p.Timings(event.queue_ms, event.first_audio_ms, event.total_ms)
             done = p.Done(req.client_id, req.audio_frames, event.audio_seconds, timings)

@@ -17,6 +17,7 @@ class Segment:
     index: int
     text: str
     request_id: str
+    spoken: str = ""  # the text as synthesised (lexicon, normalisation): its words' timings
     submitted_at: float = 0.0
     offset: int = 0  # where its audio starts in the stream (samples), set when it is the head
     samples: int = 0

@@ -38,6 +38,8 @@ from server.service import ServiceError, SynthesisService
 from server.streaming.frames import SegmentMsg, StreamAudioHeader, StreamProgressMsg
 from server.streaming.pieces import PendingSegment, Segment
 from server.streaming.segmenter import Segmenter
+from server.timestamps.frames import WordsMsg
+from server.timestamps.model_words import place
 
 log = logging.getLogger("chorus.stream")
 ENDPOINT = "stream"
@@ -182,7 +184,7 @@ class StreamSession:
     def _submit(self, text: str, spoken: str) -> None:
         """Segment `text` (as its `segment` frame will say it), synthesised as `spoken`."""
         index = len(self.segments)
-        seg = Segment(index, text, f"{self.prefix}/{self.id}/{index}", submitted_at=time.perf_counter())
+        seg = Segment(index, text, f"{self.prefix}/{self.id}/{index}", spoken, submitted_at=time.perf_counter())
         options = self.options
         if options.seed is not None:
             options = replace(options, seed=(options.seed + index) % _U64)
@@ -266,6 +268,10 @@ class StreamSession:
         self.offset += samples
         seg.samples += samples
         self.frames += 1
+        if event.final and self.msg.timestamps:  # its words, after its audio, before its `segment` frame
+            words, chars = place(seg.spoken.strip(), self.offset - seg.samples, self.offset,
+                                 chars=self.msg.timestamps == "char")
+            self.outlet.send(WordsMsg(self.id, "model", words, segment=seg.index, chars=chars))
 
     def _advance(self) -> None:
         """Close finished head segments (their `segment` frame), release the next one's audio."""
