@@ -185,6 +185,9 @@ function route(msg) {
     case "progress":
       job?.onProgress(msg);
       break;
+    case "words":
+      job?.onWords(msg);
+      break;
     case "done":
       job?.onDone(msg);
       updateJobsUi();
@@ -262,7 +265,8 @@ async function generate() {
 
   audioContext(); // created and resumed inside the click, so playback may start later
   const id = nextId();
-  const request = { id, text, ...fields, encoding: "pcm_s16le", progress: true };
+  // word timings (the model's own, free): the result's captions
+  const request = { id, text, ...fields, encoding: "pcm_s16le", progress: true, timestamps: "word" };
   if (knobs.delivery() === "whole") request.stream = "whole";
 
   const changed = Object.entries(fields.options).map(([k, v]) => `${k} ${v}`);
@@ -385,11 +389,11 @@ const live = new LiveSession({
 });
 
 // A finished live stream as a result card: replay, WAV, and captions from its segments.
-function liveResult({ chunks, sampleRate, cues, text, label, done }) {
+function liveResult({ chunks, sampleRate, cues, segments, text, label, done }) {
   const id = nextId("live-result");
   const title = text.replace(/\s+/g, " ").slice(0, 80) + (text.length > 80 ? "…" : "");
   const summary = { title: `Live · ${title}`, fullText: text,
-                    meta: [label, languageLabel(), `${cues.length} segment${cues.length === 1 ? "" : "s"}`].join(" · ") };
+                    meta: [label, languageLabel(), `${segments} segment${segments === 1 ? "" : "s"}`].join(" · ") };
   const job = new Job(id, state.seq, summary, { cancel: cancelJob, remove: removeJob, announce, queue, downloadMp3 });
   job.live = true;
   state.jobs.set(id, job);

@@ -161,6 +161,11 @@ export class Job {
     this.updatePlayButton();
   }
 
+  // A chunk's words (`timestamps: "word"`): the captions.
+  onWords(msg) {
+    for (const w of msg.words || []) this.cues.push({ text: w.text, start: w.start_samples, end: w.end_samples });
+  }
+
   onDone(msg) {
     this.setState("done");
     const chunks = msg.chunks ?? this.chunks.length;
