@@ -69,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--voices-db", default=None,
                        help="postgresql://... voice library shared by several replicas (default: $CHORUS_VOICES_DB; "
                             "else the embedded SQLite library in --voices-dir)")
+    serve.add_argument("--aligner", default=None,
+                       help="a local wav2vec2/MMS-style CTC checkpoint folder: word timestamps come from "
+                            "forced alignment of the audio (\"source\": \"aligned\") instead of the model's estimate")
     serve.add_argument("--asr-model", default=None,
                        help="Whisper model used to transcribe uploaded voices sent without a transcript")
     serve.add_argument("--max-batch-size", type=positive_int, default=16,
@@ -171,6 +174,11 @@ def build_parser() -> argparse.ArgumentParser:
                       help="tiny: runs a request in well under a second on a CPU; full: the real architecture")
     make.add_argument("--out", required=True, help="folder to write the checkpoint to")
     make.add_argument("--seed", type=integer, default=0, help="seed of the random weights")
+    aligner = sub.add_parser("make-aligner", help="write a small random-weight wav2vec2 CTC checkpoint (for "
+                             "--aligner's tests: its alignments follow the text, not the sound)",
+                             formatter_class=_HelpFormatter)
+    aligner.add_argument("--out", required=True, help="folder to write the checkpoint to")
+    aligner.add_argument("--seed", type=integer, default=0, help="seed of the random weights")
 
     # Options are bench's own (`chorus bench --help`); they pass through untouched.
     sub.add_parser("bench", add_help=False,
@@ -193,6 +201,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     if args.voices_db:
         cfg.voices_db = args.voices_db
     cfg.asr_model = args.asr_model
+    cfg.aligner = args.aligner
     cfg.max_queue = args.max_queue
     cfg.max_text_chars = args.max_text_chars
     cfg.max_inflight_per_connection = args.max_inflight
@@ -280,6 +289,12 @@ def main(argv: list[str] | None = None) -> int:
 
         path = make_checkpoint(args.size, args.out, seed=args.seed)
         print(f"wrote a random-weight {args.size} OmniVoice checkpoint to {path} (its audio is noise)")
+        return 0
+    if args.command == "make-aligner":
+        _configure_logging("info")
+        from server.engine.aligner import make_aligner_checkpoint
+
+        print(f"wrote a random-weight CTC aligner to {make_aligner_checkpoint(args.out, seed=args.seed)}")
         return 0
     if args.command == "serve":
         _configure_logging(args.log_level)

@@ -19,7 +19,14 @@ import socket
 
 import uvicorn
 
-from server.boot_checks import StartupError, bind_error, check_device, check_model, check_voices_dir
+from server.boot_checks import (
+    StartupError,
+    bind_error,
+    check_aligner,
+    check_device,
+    check_model,
+    check_voices_dir,
+)
 from server.config import ServerConfig
 from server.net.accept_log import AcceptErrorLog
 from server.net.http import guarded_http_protocol
@@ -179,6 +186,8 @@ def serve(cfg: ServerConfig) -> int:
         check_model(cfg.model)
     if not cfg.voices_db:
         check_voices_dir(cfg.voices_dir)
+    if cfg.aligner:
+        check_aligner(cfg.aligner)
     try:
         sock = bind_socket(cfg.host, cfg.port)
     except OSError as exc:

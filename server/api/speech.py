@@ -16,6 +16,7 @@ import itertools
 import json
 import logging
 import time
+from collections import deque
 from collections.abc import AsyncIterator
 
 import msgspec
@@ -40,6 +41,7 @@ from server.kept_voices import KeepFailed
 from server.service import ServiceError, SynthesisService
 from server.speech_body import parse_speech_request
 from server.timestamps.clock import WordClock
+from server.timestamps.frames import WordsMsg
 
 log = logging.getLogger("chorus.speech")
 _request_ids = itertools.count(1)
@@ -163,6 +165,7 @@ async def speech(request: Request, service: SynthesisService, config: ServerConf
         return Response(content, media_type=media_type, headers=headers)
 
     frames = [0.0]  # the audio's seconds, for the sse usage
+    aligning: deque[asyncio.Future] = deque()  # `--aligner`: the chunks' words, in chunk order
 
     async def audio() -> AsyncIterator[tuple[bytes, dict | None]]:
         """The format's bytes as each chunk arrives, with its words (`timestamps`, sse only);
@@ -178,9 +181,11 @@ async def speech(request: Request, service: SynthesisService, config: ServerConf
                 words = None
                 if clock is not None:
                     text = clock.whole_text() if fmt == "flac" else clock.texts.get(event.chunk, "")
-                    frame = clock.frame(text, event.audio.shape[-1], rate, rate)
-                    words = {**msgspec.to_builtins(frame), "type": "speech.audio.words"}
-                    del words["id"]
+                    if service.aligner is None:
+                        words = _words_event(clock.frame(text, event.audio.shape[-1], rate, rate))
+                    else:  # aligned on its own thread: sent once done, the audio goes on meanwhile
+                        aligning.append(asyncio.ensure_future(
+                            clock.aligned_frame(service.aligner, text, event.audio, rate, rate)))
                 if data or words:
                     yield data, words
                 event = await _next_audio(events)
@@ -203,6 +208,10 @@ async def speech(request: Request, service: SynthesisService, config: ServerConf
                         yield _sse({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()})
                     if words:
                         yield _sse(words)
+                    while aligning and aligning[0].done():
+                        yield _sse(_words_event(aligning.popleft().result()))
+                while aligning:  # the alignments still running, before the end
+                    yield _sse(_words_event(await aligning.popleft()))
                 # usage: input words and output codec frames (OmniVoice's audio tokens, 25 a second)
                 words, tokens = len(body.input.split()), round(frames[0] * AUDIO_TOKENS_PER_SECOND)
                 done = {"type": "speech.audio.done",
@@ -217,6 +226,13 @@ async def speech(request: Request, service: SynthesisService, config: ServerConf
 
     log.debug("streaming", extra={"request_id": request_id, "chunks": accepted.chunks, "format": fmt, "sse": sse})
     return Stream(body_bytes(), media_type=media_type, headers=headers)
+
+
+def _words_event(frame: WordsMsg) -> dict:
+    """A `words` frame as OpenAI-style sse's `speech.audio.words` event (no id: one request)."""
+    event = {**msgspec.to_builtins(frame), "type": "speech.audio.words"}
+    del event["id"]
+    return event
 
 
 def _whole(fmt: str, audio: np.ndarray, rate: int) -> bytes:

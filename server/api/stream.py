@@ -54,6 +54,7 @@ class _Request:
     kept: KeptVoice | None = None  # `keep_voice`: its ticket
     words: WordClock | None = None  # `timestamps`: each chunk's words on the audio's clock
     whole: bool = False  # `stream: "whole"`: one audio frame, one words frame
+    words_sent: asyncio.Task | None = None  # the aligned words frames, sent in chunk order
 
 
 class Connection:
@@ -255,20 +256,37 @@ class Connection:
             self._send_bytes(p.audio_frame(header, out.data))
             if req.words is not None:  # after the chunk's audio: its words, on the same clock
                 text = req.words.whole_text() if req.whole else req.words.texts.get(event.chunk, "")
-                self._send(req.words.frame(text, event.audio.shape[-1], event.sample_rate, req.encoder.out_rate))
+                if self.service.aligner is None:
+                    self._send(req.words.frame(text, event.audio.shape[-1], event.sample_rate, req.encoder.out_rate))
+                else:  # off the step loop and off this one: the next chunk's audio does not wait
+                    aligned = req.words.aligned_frame(self.service.aligner, text, event.audio, event.sample_rate,
+                                                      req.encoder.out_rate)
+                    req.words_sent = asyncio.create_task(self._send_in_turn(req, req.words_sent, aligned))
         elif event.outcome == "done":
             timings = p.Timings(event.queue_ms, event.first_audio_ms, event.total_ms)
             done = p.Done(req.client_id, req.audio_frames, event.audio_seconds, timings)
-            if req.kept is None:
+            if req.kept is None and req.words_sent is None:
                 self._end(req, done)
-            else:  # the voice's write started with the first chunk: `done` names it
+            else:  # after the words still being aligned; with the kept voice's id
                 req.task = asyncio.create_task(self._end_keeping(req, done))
         elif event.outcome == "cancelled":
             self._end(req, p.Cancelled(req.client_id))
         else:
             self._end(req, p.ErrorMsg(req.client_id, "internal", event.message or "the engine failed on this request"))
 
+    async def _send_in_turn(self, req: _Request, previous: asyncio.Task | None, frame) -> None:
+        if previous is not None:
+            await previous
+        words = await frame
+        if self.requests.get(req.client_id) is req:  # not after the request's end
+            self._send(words)
+
     async def _end_keeping(self, req: _Request, done: p.Done) -> None:
+        if req.words_sent is not None:
+            await req.words_sent
+        if req.kept is None:
+            self._end(req, done)
+            return
         try:
             done.voice_id = await req.kept.voice_id()
         except KeepFailed as exc:

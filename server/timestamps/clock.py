@@ -8,9 +8,24 @@ back between frames.
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from concurrent.futures import Future
+from typing import Protocol
+
+import numpy as np
+
 from server.engine.types import ChunkTokens
-from server.timestamps.frames import TimestampKind, WordsMsg
-from server.timestamps.model_words import place
+from server.timestamps.frames import Span, TimestampKind, WordsMsg
+from server.timestamps.model_words import place, tokens
+
+log = logging.getLogger("chorus.timestamps")
+
+
+class Aligner(Protocol):
+    """`--aligner`'s CTC aligner (`server.engine.aligner.CtcAligner`), on its own thread."""
+
+    def align(self, audio: np.ndarray, rate: int, words: list[str]) -> Future[list[tuple[float, float]]]: ...
 
 
 class WordClock:
@@ -27,11 +42,34 @@ class WordClock:
         """Every chunk's text, in order: the words of a request sent whole."""
         return " ".join(self.texts[k].strip() for k in sorted(self.texts))
 
+    def _span(self, samples: int, engine_rate: int, out_rate: int) -> tuple[int, int]:
+        start = round(self.engine_samples * out_rate / engine_rate)
+        self.engine_samples += samples
+        return start, round(self.engine_samples * out_rate / engine_rate)
+
     def frame(self, text: str, samples: int, engine_rate: int, out_rate: int,
               segment: int | None = None) -> WordsMsg:
         """The `words` frame of the next `samples` of audio (at `engine_rate`), speaking `text`."""
-        start = round(self.engine_samples * out_rate / engine_rate)
-        self.engine_samples += samples
-        end = round(self.engine_samples * out_rate / engine_rate)
+        start, end = self._span(samples, engine_rate, out_rate)
         words, chars = place(text.strip(), start, end, chars=self.kind == "char")
         return WordsMsg(self.request_id, "model", words, segment=segment, chars=chars)
+
+    async def aligned_frame(self, aligner: Aligner, text: str, audio: np.ndarray, engine_rate: int,
+                            out_rate: int) -> WordsMsg:
+        """The same from the aligner (the clock moves on at once: later chunks need not wait);
+        the model's estimate when the aligner fails."""
+        text = text.strip()
+        start, end = self._span(audio.shape[-1], engine_rate, out_rate)
+        words = [text[a:b] for a, b in tokens(text)]
+        try:
+            spans = await asyncio.wrap_future(aligner.align(audio, engine_rate, words))
+        except Exception:  # a failed alignment costs that chunk its "aligned" source, nothing else
+            log.exception("aligning a chunk failed; its words come from the model's estimate")
+            model_words, chars = place(text, start, end, chars=self.kind == "char")
+            return WordsMsg(self.request_id, "model", model_words, chars=chars)
+        placed = [Span(word, min(start + round(a * out_rate), end), min(start + round(b * out_rate), end))
+                  for word, (a, b) in zip(words, spans)]
+        chars = None
+        if self.kind == "char":  # within each aligned word, by the model's weights
+            chars = [c for w in placed for c in place(w.text, w.start_samples, w.end_samples, chars=True)[1] or []]
+        return WordsMsg(self.request_id, "aligned", placed, chars=chars)
