@@ -261,11 +261,13 @@ async def list_models(service: SynthesisService) -> ModelList:
 
 
 @get("/models/{model_id:path}")
-async def retrieve_model(model_id: str, service: SynthesisService) -> ModelCard:
+async def retrieve_model(model_id: str, service: SynthesisService) -> ModelCard | Response:
     """OpenAI's `models.retrieve`: the served model by its id (ids hold slashes, as
-    `k2-fsa/OmniVoice`); any other id is 404 in OpenAI's error shape (`model_not_found`)."""
+    `k2-fsa/OmniVoice`); any other id is 404 in OpenAI's error shape (`model_not_found`,
+    with OpenAI's `type` and `param` beside Chorus's `field`)."""
     model_id = model_id.lstrip("/")
     if model_id != service.model_name:
-        raise ApiError("model_not_found", f"model: no model {model_id!r}; this server serves "
-                       f"{service.model_name!r}", status=404, field="model")
+        message = f"model: no model {model_id!r}; this server serves {service.model_name!r}"
+        return Response({"error": {"code": "model_not_found", "message": message, "field": "model",
+                                   "type": "invalid_request_error", "param": "model"}}, status_code=404)
     return ModelCard(service.model_name, created=STARTED_AT)
