@@ -24,7 +24,7 @@ import torchaudio.functional as audio_functional
 
 from server.engine.aligner import CtcAligner, make_aligner_checkpoint
 from server.timestamps.model_words import place
-from tests.chorus_client import Audio, Session
+from tests.chorus_client import Audio, Outcome, Session
 
 WORDS = "the quick brown fox jumps over the lazy dog near our house".split()
 GAP_S = 0.12
@@ -166,3 +166,28 @@ def test_make_aligner_and_a_bad_aligner_path(tmp_path):
                           "--voices-dir", str(tmp_path / "v")], capture_output=True, text=True, timeout=300)
     assert bad.returncode != 0 and f"--aligner {tmp_path / 'none'}: no such folder" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def test_stream_segments_get_aligned_words_before_their_segment_frames(aligned_server):
+    async def main():
+        session = await Session.open(aligned_server.ws_url)
+        try:
+            session.outcomes["s"] = Outcome("s")
+            await session.send({"type": "stream_open", "id": "s", "progress": False, "timestamps": "word",
+                                "options": {"num_step": 4, "seed": 2}})
+            for piece in ["The first sentence here. ", "And the second one."]:
+                await session.send({"type": "stream_append", "id": "s", "text": piece})
+            await session.send({"type": "stream_close", "id": "s"})
+            return (await session.collect(["s"]))["s"]
+        finally:
+            await session.close()
+
+    out = asyncio.run(main())
+    assert out.end["type"] == "done", out.end
+    meta = [f for f in out.frames if not isinstance(f, Audio) and f["type"] in ("words", "segment")]
+    assert [(f["type"], f["segment"]) for f in meta] == [("words", 0), ("segment", 0), ("words", 1), ("segment", 1)]
+    for words, seg in zip(meta[::2], meta[1::2]):
+        assert words["source"] == "aligned"
+        start, end = seg["offset_samples"], seg["offset_samples"] + seg["samples"]
+        assert all(start <= w["start_samples"] <= w["end_samples"] <= end for w in words["words"])
+    assert [w["text"] for f in meta[::2] for w in f["words"]] == "The first sentence here. And the second one.".split()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
 from concurrent.futures import Future
 from typing import Protocol
 
@@ -56,20 +57,37 @@ class WordClock:
 
     async def aligned_frame(self, aligner: Aligner, text: str, audio: np.ndarray, engine_rate: int,
                             out_rate: int) -> WordsMsg:
-        """The same from the aligner (the clock moves on at once: later chunks need not wait);
-        the model's estimate when the aligner fails."""
-        text = text.strip()
+        """The same from the aligner (the clock moves on at once: later chunks need not wait)."""
         start, end = self._span(audio.shape[-1], engine_rate, out_rate)
-        words = [text[a:b] for a, b in tokens(text)]
-        try:
-            spans = await asyncio.wrap_future(aligner.align(audio, engine_rate, words))
-        except Exception:  # a failed alignment costs that chunk its "aligned" source, nothing else
-            log.exception("aligning a chunk failed; its words come from the model's estimate")
-            model_words, chars = place(text, start, end, chars=self.kind == "char")
-            return WordsMsg(self.request_id, "model", model_words, chars=chars)
-        placed = [Span(word, min(start + round(a * out_rate), end), min(start + round(b * out_rate), end))
-                  for word, (a, b) in zip(words, spans)]
-        chars = None
-        if self.kind == "char":  # within each aligned word, by the model's weights
-            chars = [c for w in placed for c in place(w.text, w.start_samples, w.end_samples, chars=True)[1] or []]
-        return WordsMsg(self.request_id, "aligned", placed, chars=chars)
+        return await aligned_words(aligner, self.request_id, self.kind, text, audio, engine_rate, start, end, out_rate)
+
+
+async def aligned_words(aligner: Aligner, request_id: str, kind: TimestampKind, text: str, audio: np.ndarray,
+                        engine_rate: int, start: int, end: int, out_rate: int, segment: int | None = None) -> WordsMsg:
+    """The `words` frame of audio spanning [start, end) of the clock (at `out_rate`), from the
+    aligner; the model's estimate when the aligner fails."""
+    text = text.strip()
+    words = [text[a:b] for a, b in tokens(text)]
+    try:
+        spans = await asyncio.wrap_future(aligner.align(audio, engine_rate, words))
+    except Exception:  # a failed alignment costs that chunk its "aligned" source, nothing else
+        log.exception("aligning a chunk failed; its words come from the model's estimate")
+        model_words, chars = place(text, start, end, chars=kind == "char")
+        return WordsMsg(request_id, "model", model_words, segment=segment, chars=chars)
+    placed = [Span(word, min(start + round(a * out_rate), end), min(start + round(b * out_rate), end))
+              for word, (a, b) in zip(words, spans)]
+    chars = None
+    if kind == "char":  # within each aligned word, by the model's weights
+        chars = [c for w in placed for c in place(w.text, w.start_samples, w.end_samples, chars=True)[1] or []]
+    return WordsMsg(request_id, "aligned", placed, segment=segment, chars=chars)
+
+
+def segment_words(aligner: Aligner | None, request_id: str, kind: TimestampKind, text: str, audio: np.ndarray,
+                  engine_rate: int, start: int, end: int, out_rate: int,
+                  segment: int) -> WordsMsg | Awaitable[WordsMsg]:
+    """A stream segment's `words` frame: at once from the model's estimate, or (with an aligner)
+    something to await."""
+    if aligner is None:
+        words, chars = place(text.strip(), start, end, chars=kind == "char")
+        return WordsMsg(request_id, "model", words, segment=segment, chars=chars)
+    return aligned_words(aligner, request_id, kind, text, audio, engine_rate, start, end, out_rate, segment)
