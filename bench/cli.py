@@ -244,10 +244,15 @@ def _server_scenarios(run: Run, ckpt: Path, specs, engine_throughput: dict | Non
         run.scenario("ws_single", ("server", "single_10s"), lambda: ws.run(ws.single(url)))
         run.scenario("ws_single", ("server", "single_10s_fresh_lengths"),
                      lambda: ws.run(ws.single(url, fresh_lengths=True)))
+        # the model source of word timestamps, in the same run: its cost beside the line above
+        run.scenario("ws_single", ("server", "single_10s_word_timestamps"),
+                     lambda: ws.run(ws.single(url, timestamps="word")))
         run.scenario("ws_long", ("server", "long_60s"), lambda: ws.run(ws.long(url)))
         run.scenario("ws_long", ("server", "long_60s_fast_start"),
                      lambda: ws.run(ws.long(url, first_chunk_seconds=FAST_START_SECONDS)))
         thr = run.scenario("ws_throughput", ("server", "throughput_256"), lambda: ws.run(ws.throughput(url, specs)))
+        run.scenario("ws_throughput", ("server", "throughput_256_word_timestamps"),
+                     lambda: ws.run(ws.throughput(url, specs, timestamps="word")))
         base = (thr or engine_throughput or {}).get("audio_s_per_s")
         if base:
             run.scenario("ws_loaded", ("server", "loaded"),

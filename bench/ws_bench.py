@@ -251,11 +251,13 @@ def _outcomes(timings) -> dict[str, int]:
 
 
 async def single(url: str, seconds: float = 10.0, runs: int = 7, warmup: int = 2, seed: int = 0,
-                 fresh_lengths: bool = False) -> dict:
+                 fresh_lengths: bool = False, timestamps: str | None = None) -> dict:
     """One 10 s line at a time (the engine-level `single` scenario's request). With
     `fresh_lengths` every run is one frame longer than the last (`seconds` + 1/25 s per run),
-    so each is a length the server has not decoded before, as a new text's usually is."""
+    so each is a length the server has not decoded before, as a new text's usually is. With
+    `timestamps` ("word"), every request asks for its words frames too (their cost)."""
     text = make_text(random.Random(seed + 3), seconds)
+    extra = {"timestamps": timestamps} if timestamps else {}
     client = await Client.connect(url)
     rows = []
     frames = int(seconds * FRAME_RATE)
@@ -263,7 +265,7 @@ async def single(url: str, seconds: float = 10.0, runs: int = 7, warmup: int = 2
         for i in range(warmup + runs):
             # k frames and half of one more: int(duration * 25) is exactly k
             duration = (frames + i + 1.5) / FRAME_RATE if fresh_lengths else seconds
-            await client.send(f"single{i}", text, options={"duration": duration, "seed": i})
+            await client.send(f"single{i}", text, options={"duration": duration, "seed": i}, **extra)
             t = await client.wait(f"single{i}")
             if i >= warmup and t.outcome == "done":
                 rows.append(t)
@@ -272,7 +274,7 @@ async def single(url: str, seconds: float = 10.0, runs: int = 7, warmup: int = 2
     first = [t.first_ms for t in rows]
     engine_first = [t.engine["first_audio_ms"] for t in rows]
     return {
-        "seconds": seconds, "runs": len(rows), "fresh_lengths": fresh_lengths,
+        "seconds": seconds, "runs": len(rows), "fresh_lengths": fresh_lengths, "timestamps": timestamps,
         "client_first_audio_ms": stats(first, 2), "client_done_ms": stats([t.total_ms for t in rows], 2),
         "engine_first_audio_ms": stats(engine_first, 2),
         "engine_total_ms": stats([t.engine["total_ms"] for t in rows], 2),
@@ -305,19 +307,22 @@ async def long(url: str, first_chunk_seconds: float | None = None, seconds: floa
             "audio_seconds": round(sum(t.samples / t.sample_rate for t in rows) / max(1, len(rows)), 2)}
 
 
-async def throughput(url: str, specs: list[RequestSpec], connections: int = 16) -> dict:
-    """Every request of the mix sent at once over `connections` sockets; audio-s/s as received."""
+async def throughput(url: str, specs: list[RequestSpec], connections: int = 16, timestamps: str | None = None) -> dict:
+    """Every request of the mix sent at once over `connections` sockets; audio-s/s as received
+    (with `timestamps`, each request also asks for its words frames)."""
+    extra = {"timestamps": timestamps} if timestamps else {}
     clients = [await Client.connect(url) for _ in range(connections)]
     try:
         t0 = time.perf_counter()
         sent = [(clients[i % connections], spec) for i, spec in enumerate(specs)]
-        await asyncio.gather(*(c.send(s.request_id, s.text, options=_options(s)) for c, s in sent))
+        await asyncio.gather(*(c.send(s.request_id, s.text, options=_options(s), **extra) for c, s in sent))
         rows = await asyncio.gather(*(c.wait(s.request_id, 600) for c, s in sent))
         wall = time.perf_counter() - t0
     finally:
         await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
     audio = sum(t.samples / t.sample_rate for t in rows if t.outcome == "done")
-    return {"requests": len(specs), "connections": connections, "outcomes": _outcomes(rows),
+    return {"requests": len(specs), "connections": connections, "timestamps": timestamps,
+            "outcomes": _outcomes(rows),
             "wall_s": round(wall, 3), "audio_seconds_received": round(audio, 2),
             "audio_s_per_s": round(audio / wall, 2),
             "client_first_audio_ms": stats([t.first_ms for t in rows if t.first_ms is not None], 1),

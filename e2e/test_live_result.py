@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from browser_harness import LONG, ChorusServer, make_wav, open_page, set_knobs, shot
+from browser_harness import LONG, ChorusServer, make_wav, open_page, run_job, set_knobs, shot
 from playwright.sync_api import Page, expect
 from test_page_fixes import open_add_voice
 
@@ -36,13 +36,13 @@ def test_live_mode_hides_what_streams_do_not_use_and_ends_in_a_result_card(page:
     expect(card.locator(".job-title")).to_contain_text("Live · The first sentence is here.")
     expect(card.locator(".job-meta")).to_contain_text("2 segments")
     expect(card.locator(".job-download")).to_be_visible()
-    cues = card.locator(".cue-list li")
-    expect(cues).to_have_count(2)
-    expect(cues.nth(1)).to_contain_text("And a second one follows it.")
+    cues = card.locator(".cue-list li")  # word by word: the server's word timings
+    expect(cues).to_have_count(len(TYPED.split()))
+    expect(cues.nth(len(TYPED.split()) - 1)).to_contain_text("it.")
     with page.expect_download() as caught:
         card.locator(".job-captions").click()
     vtt = Path(caught.value.path()).read_text()
-    assert vtt.startswith("WEBVTT") and "00:00:00.000 --> " in vtt and "And a second one follows it." in vtt
+    assert vtt.startswith("WEBVTT") and "00:00:00.000 --> " in vtt and "\nsecond\n" in vtt
     with page.expect_download() as caught:
         card.locator(".job-download").click()
     wav = Path(caught.value.path()).read_bytes()
@@ -55,6 +55,13 @@ def test_live_mode_hides_what_streams_do_not_use_and_ends_in_a_result_card(page:
     page.click("label[for=mode-text]")  # back to whole texts: every setting again
     for name in NOT_FOR_STREAMS:
         expect(page.locator(f'#knobs [data-knob="{name}"]')).to_be_visible()
+
+
+def test_a_whole_text_result_has_word_captions(page: Page, chorus_server: ChorusServer):
+    card, _ = run_job(page, chorus_server, "Captions come word by word.", "done", num_step=8)
+    expect(card.locator(".job-captions")).to_be_visible()
+    expect(card.locator(".cue-list li")).to_have_count(5)
+    expect(card.locator(".cue-list li").nth(4)).to_contain_text("word.")
 
 
 def test_clip_used_once_asks_for_its_transcript_up_front(page: Page, chorus_server: ChorusServer, tmp_path: Path):

@@ -5,11 +5,13 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 # The linter first (pyproject.toml's [tool.ruff]): a finding fails the run before any test.
 .venv/bin/ruff check .
-# The browser tests (e2e/) drive Debian's Chromium, and the shared voice library is tested
-# against a real PostgreSQL server: install what is missing.
+# The browser tests (e2e/) drive Debian's Chromium, the shared voice library is tested
+# against a real PostgreSQL server, and the word aligner on speech espeak-ng makes: install
+# what is missing.
 missing=()
 [ -x /usr/bin/chromium ] || missing+=(chromium)
 compgen -G "/usr/lib/postgresql/*/bin/initdb" > /dev/null || missing+=(postgresql)
+command -v espeak-ng > /dev/null || missing+=(espeak-ng)
 if [ ${#missing[@]} -gt 0 ]; then
   sudo=""
   if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi

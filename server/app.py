@@ -43,6 +43,7 @@ from server.metrics import Metrics
 from server.net.bodies import BodyBudget, BodyBudgetExceeded, body_budget_middleware
 from server.service import Engine, SynthesisService
 from server.text import normalize
+from server.timestamps.clock import Aligner
 from server.voices import open_voice_library
 
 log = logging.getLogger("chorus.app")
@@ -53,6 +54,15 @@ def _package_version() -> str:
         return version("chorus-tts")
     except PackageNotFoundError:
         return "unknown"
+
+
+async def load_aligner(cfg: ServerConfig) -> Aligner | None:
+    """`--aligner`'s CTC checkpoint, loaded in a thread (it is torch: imported only here)."""
+    if not cfg.aligner:
+        return None
+    from server.engine.model.aligner import CtcAligner
+
+    return await asyncio.to_thread(CtcAligner, cfg.aligner)
 
 
 async def load_engines(cfg: ServerConfig) -> Engine:
@@ -76,11 +86,12 @@ def create_app(cfg: ServerConfig, engine: Engine | None = None, owns_engine: boo
         store = await asyncio.to_thread(open_voice_library, cfg.voices_dir, cfg.voices_db,
                                         max_voices=cfg.max_voices, max_bytes=cfg.max_voices_bytes)
         running = engine if engine is not None else await load_engines(cfg)
+        aligner = await load_aligner(cfg)
         app.state.service = SynthesisService(
             running, store, Metrics(), max_queue=cfg.max_queue, asr_available=bool(cfg.asr_model),
             audio_limits=AudioLimits(max_bytes=cfg.max_reference_bytes, max_seconds=cfg.max_reference_seconds),
             max_references_bytes=cfg.max_references_bytes, max_voice_encodes=cfg.max_voice_encodes,
-            keep=KeepPolicy(cfg.kept_voice_ttl, cfg.max_kept_voices),
+            keep=KeepPolicy(cfg.kept_voice_ttl, cfg.max_kept_voices), aligner=aligner,
         )
         app.state.service.builtins.model_key = await asyncio.to_thread(model_key, cfg.model, running.model_name)
         app.state.ready = True
@@ -95,6 +106,8 @@ def create_app(cfg: ServerConfig, engine: Engine | None = None, owns_engine: boo
             if engine is None or owns_engine:  # ends what is left with `cancelled`
                 await asyncio.to_thread(running.stop)
             store.close()
+            if aligner is not None:
+                aligner.close()
 
     def provide_service(state: State) -> SynthesisService:
         return state.service

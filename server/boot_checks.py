@@ -52,6 +52,17 @@ def check_device(device: str) -> None:
         raise StartupError(f"--device {device}: no GPU {missing[0]}; this machine shows {count} (0..{count - 1})")
 
 
+def check_aligner(path: str) -> None:
+    """`--aligner` names a folder holding a CTC checkpoint (its config and its vocabulary)."""
+    folder = Path(path)
+    if not folder.is_dir():
+        raise StartupError(f"--aligner {path}: no such folder")
+    missing = [name for name in ("config.json", "vocab.json") if not (folder / name).is_file()]
+    if missing:
+        raise StartupError(f"--aligner {path}: the folder has no {missing[0]}; it is not a wav2vec2 CTC "
+                           "checkpoint (`chorus make-aligner --out DIR` writes a small random one)")
+
+
 def check_voices_dir(path: Path) -> None:
     """The library folder exists (or can be made) and is a writable folder."""
     path = Path(path)

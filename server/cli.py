@@ -65,6 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
                       help="tiny: runs a request in well under a second on a CPU; full: the real architecture")
     make.add_argument("--out", required=True, help="folder to write the checkpoint to")
     make.add_argument("--seed", type=integer, default=0, help="seed of the random weights")
+    aligner = sub.add_parser("make-aligner", help="write a small random-weight wav2vec2 CTC checkpoint (for "
+                             "--aligner's tests: its alignments follow the text, not the sound)",
+                             formatter_class=_HelpFormatter)
+    aligner.add_argument("--out", required=True, help="folder to write the checkpoint to")
+    aligner.add_argument("--seed", type=integer, default=0, help="seed of the random weights")
 
     # Options are bench's own (`chorus bench --help`); they pass through untouched.
     sub.add_parser("bench", add_help=False,
@@ -115,6 +120,12 @@ def main(argv: list[str] | None = None) -> int:
         _configure_logging("info")
         path = make_checkpoint(args.size, args.out, seed=args.seed)
         print(f"wrote a random-weight {args.size} OmniVoice checkpoint to {path} (its audio is noise)")
+        return 0
+    if args.command == "make-aligner":
+        _configure_logging("info")
+        from server.engine.model.aligner import make_aligner_checkpoint  # lazy: torch, only for this command
+
+        print(f"wrote a random-weight CTC aligner to {make_aligner_checkpoint(args.out, seed=args.seed)}")
         return 0
     if args.command == "serve":
         _configure_logging(args.log_level)

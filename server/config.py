@@ -55,6 +55,7 @@ class ServerConfig:
     voices_dir: Path = field(default_factory=lambda: Path("voices"))
     voices_db: str | None = None  # postgresql://... : a voice library shared by replicas
     asr_model: str | None = None
+    aligner: str | None = None  # a CTC checkpoint folder: "aligned" word timestamps
     # ---- limits (defaults documented in README.md and docs/protocol.md "Limits") ----
     max_queue: int = 256  # accepted requests not yet ended, server-wide; beyond: busy / 503
     max_text_chars: int = 5000

@@ -92,6 +92,7 @@ class VoiceFields(Struct, forbid_unknown_fields=True, kw_only=True):
     progress: bool = True
     options: Options = field(default_factory=Options)
     keep_voice: bool = False  # `done` then carries `voice_id`: this speaker, for later requests
+    timestamps: Literal["word", "char"] | None = None  # `words` frames after each chunk's audio
 
 
 class Synthesize(VoiceFields, tag="synthesize", tag_field="type", forbid_unknown_fields=True, kw_only=True):
@@ -244,6 +245,7 @@ _RULES = {
     "instruct": f"must be at most {MAX_INSTRUCT_CHARS} characters (OmniVoice's items: \"female, low pitch\")",
     "voice": f"must be at most {MAX_VOICE_CHARS} characters (a voice id or name)",
     "language": f"must be at most {MAX_LANGUAGE_CHARS} characters",
+    "timestamps": "must be word, char or null",
 }
 _AT = re.compile(r"^(?P<msg>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
 _UNKNOWN = re.compile(r"Object contains unknown field `(?P<name>[^`]*)`")

@@ -21,7 +21,14 @@ from collections.abc import Callable
 import uvicorn
 
 from server.app import create_app, drain, load_engines
-from server.boot_checks import StartupError, bind_error, check_device, check_model, check_voices_dir
+from server.boot_checks import (
+    StartupError,
+    bind_error,
+    check_aligner,
+    check_device,
+    check_model,
+    check_voices_dir,
+)
 from server.checkpoint import ensure_demo_checkpoint, is_random_checkpoint
 from server.config import ServerConfig
 from server.engine.upstream import check_upstream
@@ -178,6 +185,8 @@ def serve(cfg: ServerConfig, wrap_engine: WrapEngine | None = None) -> int:
         check_model(cfg.model)
     if not cfg.voices_db:
         check_voices_dir(cfg.voices_dir)
+    if cfg.aligner:
+        check_aligner(cfg.aligner)
     try:
         sock = bind_socket(cfg.host, cfg.port)
     except OSError as exc:

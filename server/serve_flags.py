@@ -125,6 +125,9 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--voices-db", default=None,
                        help="postgresql://... voice library shared by several replicas (default: $CHORUS_VOICES_DB; "
                             "else the embedded SQLite library in --voices-dir)")
+    serve.add_argument("--aligner", default=None,
+                       help="a local wav2vec2/MMS-style CTC checkpoint folder: word timestamps come from "
+                            "forced alignment of the audio (\"source\": \"aligned\") instead of the model's estimate")
     serve.add_argument("--asr-model", default=None,
                        help="Whisper model used to transcribe uploaded voices sent without a transcript")
     for limit in LIMITS:
@@ -177,6 +180,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     if args.voices_db:
         cfg.voices_db = args.voices_db
     cfg.asr_model = args.asr_model
+    cfg.aligner = args.aligner
     for limit in LIMITS:
         owner, _, name = limit.field.rpartition(".")
         setattr(cfg.engine if owner else cfg, name, getattr(args, limit.flag[2:].replace("-", "_")))

@@ -38,6 +38,7 @@ from server.kept_voices import KeepPolicy, KeptVoice
 from server.metrics import Metrics
 from server.reference_budget import ReferenceBudget
 from server.text.prepare import TextPreparer
+from server.timestamps.clock import Aligner
 from server.voices import LibraryFull, NameTaken, VoiceInfo, VoiceLibrary
 from server.voices.store import same_name
 
@@ -102,7 +103,7 @@ class SynthesisService:
     def __init__(self, engine: Engine, voices: VoiceLibrary, metrics: Metrics, *,
                  max_queue: int, asr_available: bool = False, audio_limits: AudioLimits = AudioLimits(),
                  max_references_bytes: int | None = None, max_voice_encodes: int | None = None,
-                 keep: KeepPolicy | None = None):
+                 keep: KeepPolicy | None = None, aligner: Aligner | None = None):
         self.engine = engine
         self.voices = voices
         self.metrics = metrics
@@ -110,6 +111,7 @@ class SynthesisService:
         self.asr_available = asr_available
         self.audio_limits = audio_limits
         self.keep_policy = keep or KeepPolicy()
+        self.aligner = aligner  # `--aligner`: the "aligned" source of word timestamps
         self.draining = False
         self._jobs: dict[str, _Job] = {}
         self._idle = asyncio.Event()

@@ -49,6 +49,7 @@ class SpeechRequest(Options, forbid_unknown_fields=True, kw_only=True):
     keep_voice: bool = False  # keep this speaker: its id in `X-Chorus-Voice-Id` (and sse's done event)
     # OpenAI's voices read "$3.50" and "12/05" as words: on here unless the body says false
     normalize_text: bool | None = None
+    timestamps: Literal["word", "char"] | None = None  # with sse: speech.audio.words events
 
     @property
     def voice_name(self) -> str | None:
@@ -64,6 +65,7 @@ _SPEECH_RULES["stream_format"] = "must be audio or sse"
 _SPEECH_RULES["voice"] = f"must be at most {MAX_VOICE_CHARS} characters (a voice id or name)"
 _SPEECH_RULES["voice.id"] = _SPEECH_RULES["voice"]
 _SPEECH_RULES["language"] = f"must be at most {MAX_LANGUAGE_CHARS} characters"
+_SPEECH_RULES["timestamps"] = "must be word, char or null"
 
 
 def check_sizes(req: SpeechRequest, max_input_chars: int | None, max_instructions_chars: int | None) -> None:

@@ -26,6 +26,7 @@ def test_models_retrieve_names_the_served_model(chorus_server):
         client.models.retrieve("tts-1-hd")
     error = failed.value.body
     assert error["code"] == "model_not_found" and "tts-1-hd" in error["message"]
+    assert (error["type"], error["param"], error["field"]) == ("invalid_request_error", "model", "model")
     assert served.id in error["message"]
 
 

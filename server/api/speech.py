@@ -16,6 +16,7 @@ import itertools
 import json
 import logging
 import time
+from collections import deque
 from collections.abc import AsyncIterator
 
 import msgspec
@@ -39,6 +40,8 @@ from server.instructions import header_value, map_instructions
 from server.kept_voices import KeepFailed
 from server.service import ServiceError, SynthesisService
 from server.speech_body import parse_speech_request
+from server.timestamps.clock import WordClock
+from server.timestamps.frames import WordsMsg
 
 log = logging.getLogger("chorus.speech")
 _request_ids = itertools.count(1)
@@ -105,6 +108,10 @@ async def speech(request: Request, service: SynthesisService, config: ServerConf
     request_id = f"h{next(_request_ids)}"
     fmt = body.response_format
     sse = body.stream_format == "sse"
+    if body.timestamps and not sse:
+        service.reject(ENDPOINT, "invalid_request")
+        raise ApiError("invalid_request", 'timestamps: need "stream_format": "sse" (the words come as '
+                       "speech.audio.words events between the audio's)", field="timestamps")
     instructions = map_instructions(body.instructions)
     try:
         voice = await _voice(service, body.voice_name)
@@ -120,7 +127,10 @@ async def speech(request: Request, service: SynthesisService, config: ServerConf
         )
         events: asyncio.Queue = asyncio.Queue()
         kept = service.keeper() if body.keep_voice else None
-        accepted = service.submit(synth, events.put_nowait, ENDPOINT, kept.on_tokens if kept else None)
+        clock = WordClock(request_id, body.timestamps) if body.timestamps else None
+        hooks = [hook.on_tokens for hook in (kept, clock) if hook is not None]
+        accepted = service.submit(synth, events.put_nowait, ENDPOINT,
+                                  (lambda event: [hook(event) for hook in hooks]) if hooks else None)
     except ServiceError as exc:
         raise _http_error(exc) from None
 
@@ -151,9 +161,11 @@ async def speech(request: Request, service: SynthesisService, config: ServerConf
         return Response(content, media_type=media_type, headers=headers)
 
     frames = [0.0]  # the audio's seconds, for the sse usage
+    aligning: deque[asyncio.Future] = deque()  # `--aligner`: the chunks' words, in chunk order
 
-    async def audio() -> AsyncIterator[bytes]:
-        """The format's bytes as each chunk arrives; ends cut short if the request fails."""
+    async def audio() -> AsyncIterator[tuple[bytes, dict | None]]:
+        """The format's bytes as each chunk arrives, with its words (`timestamps`, sse only);
+        ends cut short if the request fails."""
         encoder: StreamEncoder | None = None if fmt == "flac" else http_encoder(fmt, rate)
         try:
             event: ChunkAudio | Finished = first
@@ -162,8 +174,16 @@ async def speech(request: Request, service: SynthesisService, config: ServerConf
                 # flac (only with sse): the whole file in one delta
                 data = encode_flac(event.audio, rate) if encoder is None else encoder.push(
                     event.audio, last=event.final).data
-                if data:
-                    yield data
+                words = None
+                if clock is not None:
+                    text = clock.whole_text() if fmt == "flac" else clock.texts.get(event.chunk, "")
+                    if service.aligner is None:
+                        words = _words_event(clock.frame(text, event.audio.shape[-1], rate, rate))
+                    else:  # aligned on its own thread: sent once done, the audio goes on meanwhile
+                        aligning.append(asyncio.ensure_future(
+                            clock.aligned_frame(service.aligner, text, event.audio, rate, rate)))
+                if data or words:
+                    yield data, words
                 event = await _next_audio(events)
             if event.outcome != "done":  # cut the body short: the client sees a broken stream
                 raise RuntimeError(f"request {request_id} ended mid-stream: {event.outcome} ({event.message})")
@@ -175,11 +195,19 @@ async def speech(request: Request, service: SynthesisService, config: ServerConf
         ended = False
         try:
             if not sse:
-                async for data in audio():
-                    yield data
+                async for data, _ in audio():
+                    if data:
+                        yield data
             else:
-                async for data in audio():
-                    yield _sse({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()})
+                async for data, words in audio():
+                    if data:
+                        yield _sse({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()})
+                    if words:
+                        yield _sse(words)
+                    while aligning and aligning[0].done():
+                        yield _sse(_words_event(aligning.popleft().result()))
+                while aligning:  # the alignments still running, before the end
+                    yield _sse(_words_event(await aligning.popleft()))
                 # usage: input words and output codec frames (OmniVoice's audio tokens, 25 a second)
                 words, tokens = len(body.input.split()), round(frames[0] * AUDIO_TOKENS_PER_SECOND)
                 done = {"type": "speech.audio.done",
@@ -194,6 +222,13 @@ async def speech(request: Request, service: SynthesisService, config: ServerConf
 
     log.debug("streaming", extra={"request_id": request_id, "chunks": accepted.chunks, "format": fmt, "sse": sse})
     return Stream(body_bytes(), media_type=media_type, headers=headers)
+
+
+def _words_event(frame: WordsMsg) -> dict:
+    """A `words` frame as OpenAI-style sse's `speech.audio.words` event (no id: one request)."""
+    event = {**msgspec.to_builtins(frame), "type": "speech.audio.words"}
+    del event["id"]
+    return event
 
 
 def _whole(fmt: str, audio: np.ndarray, rate: int) -> bytes:
@@ -222,11 +257,13 @@ async def list_models(service: SynthesisService) -> ModelList:
 
 
 @get("/models/{model_id:path}")
-async def retrieve_model(model_id: str, service: SynthesisService) -> ModelCard:
+async def retrieve_model(model_id: str, service: SynthesisService) -> ModelCard | Response:
     """OpenAI's `models.retrieve`: the served model by its id (ids hold slashes, as
-    `k2-fsa/OmniVoice`); any other id is 404 in OpenAI's error shape (`model_not_found`)."""
+    `k2-fsa/OmniVoice`); any other id is 404 in OpenAI's error shape (`model_not_found`,
+    with OpenAI's `type` and `param` beside Chorus's `field`)."""
     model_id = model_id.lstrip("/")
     if model_id != service.model_name:
-        raise ApiError("model_not_found", f"model: no model {model_id!r}; this server serves "
-                       f"{service.model_name!r}", status=404, field="model")
+        message = f"model: no model {model_id!r}; this server serves {service.model_name!r}"
+        return Response({"error": {"code": "model_not_found", "message": message, "field": "model",
+                                   "type": "invalid_request_error", "param": "model"}}, status_code=404)
     return ModelCard(service.model_name, created=STARTED_AT)

@@ -29,6 +29,7 @@ from server.engine.types import Accepted, ChunkAudio, Finished, Progress, Synthe
 from server.kept_voices import KeepFailed, KeptVoice
 from server.service import ServiceError, SynthesisService
 from server.streaming.streams import ConnectionStreams
+from server.timestamps.clock import WordClock
 
 log = logging.getLogger("chorus.stream")
 _connection_ids = itertools.count(1)
@@ -54,6 +55,9 @@ class _Request:
     sample_rate: int | None = None  # asked for; None: the encoding's default
     encoder: StreamEncoder | None = None  # made at the first audio (the engine's rate is known then)
     kept: KeptVoice | None = None  # `keep_voice`: its ticket
+    words: WordClock | None = None  # `timestamps`: each chunk's words on the audio's clock
+    whole: bool = False  # `stream: "whole"`: one audio frame, one words frame
+    words_sent: asyncio.Task | None = None  # the aligned words frames, sent in chunk order
 
 
 class Connection:
@@ -222,8 +226,11 @@ class Connection:
                 options=p.generation_options(msg.options), progress=req.progress,
             )
             req.kept = self.service.keeper() if msg.keep_voice else None
+            req.words = WordClock(req.client_id, msg.timestamps) if msg.timestamps else None
+            req.whole = msg.stream_mode == "whole"
+            hooks = [hook.on_tokens for hook in (req.kept, req.words) if hook is not None]
             req.accepted = self.service.submit(request, lambda event: self._deliver(req, event), ENDPOINT,
-                                               req.kept.on_tokens if req.kept else None)
+                                               (lambda event: [hook(event) for hook in hooks]) if hooks else None)
         except ServiceError as exc:
             self._end(req, p.ErrorMsg(req.client_id, exc.code, exc.message, exc.field))
             return
@@ -253,12 +260,20 @@ class Connection:
                                    out.samples, packets=out.packets)
             req.audio_frames += 1
             self._send_bytes(p.audio_frame(header, out.data), out.samples / req.encoder.out_rate)
+            if req.words is not None:  # after the chunk's audio: its words, on the same clock
+                text = req.words.whole_text() if req.whole else req.words.texts.get(event.chunk, "")
+                if self.service.aligner is None:
+                    self._send(req.words.frame(text, event.audio.shape[-1], event.sample_rate, req.encoder.out_rate))
+                else:  # off the step loop and off this one: the next chunk's audio does not wait
+                    aligned = req.words.aligned_frame(self.service.aligner, text, event.audio, event.sample_rate,
+                                                      req.encoder.out_rate)
+                    req.words_sent = asyncio.create_task(self._send_in_turn(req, req.words_sent, aligned))
         elif event.outcome == "done":
             timings = p.Timings(event.queue_ms, event.first_audio_ms, event.total_ms)
             done = p.Done(req.client_id, req.audio_frames, event.audio_seconds, timings)
-            if req.kept is None:
+            if req.kept is None and req.words_sent is None:
                 self._end(req, done)
-            else:  # the voice's write started with the first chunk: `done` names it
+            else:  # after the words still being aligned; with the kept voice's id
                 req.task = asyncio.create_task(self._end_keeping(req, done))
         elif event.outcome == "cancelled":
             # not asked for by the client: the server is stopping (or gave up on the connection)
@@ -266,7 +281,19 @@ class Connection:
         else:
             self._end(req, p.ErrorMsg(req.client_id, "internal", event.message or "the engine failed on this request"))
 
+    async def _send_in_turn(self, req: _Request, previous: asyncio.Task | None, frame) -> None:
+        if previous is not None:
+            await previous
+        words = await frame
+        if self.requests.get(req.client_id) is req:  # not after the request's end
+            self._send(words)
+
     async def _end_keeping(self, req: _Request, done: p.Done) -> None:
+        if req.words_sent is not None:
+            await req.words_sent
+        if req.kept is None:
+            self._end(req, done)
+            return
         try:
             done.voice_id = await req.kept.voice_id()
         except KeepFailed as exc:

@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass, field
 
 from server.encoders import StreamEncoder
 from server.engine.types import ChunkAudio
+
+log = logging.getLogger("chorus.stream")
 
 
 @dataclass
@@ -17,6 +20,7 @@ class Segment:
     index: int
     text: str
     request_id: str
+    spoken: str = ""  # the text as synthesised (lexicon, normalisation): its words' timings
     submitted_at: float = 0.0
     offset: int = 0  # where its audio starts in the stream (samples), set when it is the head
     samples: int = 0
@@ -33,3 +37,13 @@ class PendingSegment:
 
     text: str
     spoken: asyncio.Future[str] | None = None
+
+    def spoken_text(self, stream_id: str) -> str:
+        """Its text as prepared (once `spoken` is done), or as written if preparing it failed."""
+        if self.spoken is None:
+            return self.text
+        if (failure := self.spoken.exception()) is not None:  # e.g. the lexicon could not be read
+            log.error("preparing a segment's text failed: %r; spoken as written", failure,
+                      extra={"request_id": stream_id})
+            return self.text
+        return self.spoken.result()

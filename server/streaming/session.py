@@ -36,8 +36,10 @@ from server.kept_voices import KeepFailed, KeptVoice
 from server.options import BY_NAME
 from server.service import ServiceError, SynthesisService
 from server.streaming.frames import SegmentMsg, StreamAudioHeader, StreamProgressMsg
+from server.streaming.ordered import OrderedFrames
 from server.streaming.pieces import PendingSegment, Segment
 from server.streaming.segmenter import Segmenter
+from server.timestamps.clock import segment_words
 
 log = logging.getLogger("chorus.stream")
 ENDPOINT = "stream"
@@ -71,6 +73,7 @@ class StreamSession:
         self.options = replace(p.generation_options(msg.options), chunk_threshold=NO_CHUNKING_S,
                                first_chunk_seconds=None)
         self.chained = msg.voice is None and msg.reference is None
+        self.meta = OrderedFrames(outlet.send, lambda: self.ended)  # words, segment frames: in order
         self.kept: KeptVoice | None = service.keeper() if msg.keep_voice else None
         self.normalize = msg.options.normalize_text
         self.finishing = False  # `done` is waiting for the kept voice's id
@@ -162,7 +165,7 @@ class StreamSession:
             if head.spoken is not None and not head.spoken.done():
                 break  # still being normalised: `_take`'s callback pumps again
             self.pending.popleft()
-            self._submit(head.text, self._spoken(head))
+            self._submit(head.text, head.spoken_text(self.id))
         self._maybe_done()
 
     def _take(self, texts: list[str]) -> None:
@@ -174,19 +177,10 @@ class StreamSession:
             self.pending.append(PendingSegment(text, spoken))
             spoken.add_done_callback(lambda _: self._pump())
 
-    def _spoken(self, piece: PendingSegment) -> str:
-        if piece.spoken is None:
-            return piece.text
-        if (failure := piece.spoken.exception()) is not None:  # e.g. the lexicon could not be read
-            log.error("preparing a segment's text failed: %r; spoken as written", failure,
-                      extra={"request_id": self.id})
-            return piece.text
-        return piece.spoken.result()
-
     def _submit(self, text: str, spoken: str) -> None:
         """Segment `text` (as its `segment` frame will say it), synthesised as `spoken`."""
         index = len(self.segments)
-        seg = Segment(index, text, f"{self.prefix}/{self.id}/{index}", submitted_at=time.perf_counter())
+        seg = Segment(index, text, f"{self.prefix}/{self.id}/{index}", spoken, submitted_at=time.perf_counter())
         options = self.options
         if options.seed is not None:
             options = replace(options, seed=(options.seed + index) % _U64)
@@ -289,12 +283,16 @@ class StreamSession:
         self.offset += samples
         seg.samples += samples
         self.frames += 1
+        if event.final and self.msg.timestamps:  # its words, after its audio, before its `segment` frame
+            span = (self.offset - seg.samples, self.offset, self.out_rate)
+            self.meta.send(segment_words(self.service.aligner, self.id, self.msg.timestamps, seg.spoken,
+                                         event.audio, event.sample_rate, *span, seg.index))
 
     def _advance(self) -> None:
         """Close finished head segments (their `segment` frame), release the next one's audio."""
         while self.head < len(self.segments) and self.segments[self.head].finished:
             seg = self.segments[self.head]
-            self.outlet.send(SegmentMsg(self.id, seg.index, seg.text, self.offset - seg.samples, seg.samples))
+            self.meta.send(SegmentMsg(self.id, seg.index, seg.text, self.offset - seg.samples, seg.samples))
             self.head += 1
             if self.head < len(self.segments):
                 nxt = self.segments[self.head]
@@ -308,14 +306,17 @@ class StreamSession:
             total_ms = round((time.perf_counter() - self.opened_at) * 1000.0, 3)
             done = p.Done(self.id, self.frames, round(self.offset / self.out_rate, 4),
                           p.Timings(self.queue_ms, self.first_audio_ms, total_ms))
-            if self.kept is None:
+            if self.kept is None and not self.meta.waiting:
                 self._end(done)
-            else:
+            else:  # after the frames still waiting (aligned words), with the kept voice's id
                 self.finishing = True
                 self._task = asyncio.create_task(self._end_keeping(done))
 
     async def _end_keeping(self, done: p.Done) -> None:
         """`done` with the kept voice's id (its write started with segment 0's tokens)."""
+        await self.meta.drained()
+        if self.kept is None:
+            return self._end(done)
         try:
             if not self.kept.started:
                 raise KeepFailed("keep_voice: the stream spoke no text, so it has no voice to keep")

@@ -25,34 +25,23 @@ import logging
 import re
 from collections.abc import Callable
 from functools import lru_cache
-from pathlib import Path
 from types import ModuleType
+
+from server.reference_modules import reference_module
 
 log = logging.getLogger("chorus.text")
 
 _CJK = re.compile(r"[\u4e00-\u9fff]")
 
 
-def _reference_module(name: str) -> ModuleType:
-    spec = importlib.util.find_spec("omnivoice")
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("the omnivoice package is not installed")
-    path = Path(next(iter(spec.submodule_search_locations))) / "utils" / f"{name}.py"
-    module_spec = importlib.util.spec_from_file_location(f"chorus_reference_{name}", path)
-    assert module_spec is not None and module_spec.loader is not None
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return module
-
-
 @lru_cache(maxsize=1)
 def _text() -> ModuleType:
-    return _reference_module("text")
+    return reference_module("text")
 
 
 @lru_cache(maxsize=1)
 def _languages() -> ModuleType:
-    return _reference_module("lang_map")
+    return reference_module("lang_map")
 
 
 @lru_cache(maxsize=1)

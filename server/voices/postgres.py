@@ -40,7 +40,8 @@ CREATE TABLE IF NOT EXISTS chorus_voices (
 """
 # kept voices (`keep_voice`): added in place to libraries made before them
 _KEPT_COLUMNS = ("ALTER TABLE chorus_voices ADD COLUMN IF NOT EXISTS kept BOOLEAN NOT NULL DEFAULT false",
-                 "ALTER TABLE chorus_voices ADD COLUMN IF NOT EXISTS expires_at BIGINT")
+                 "ALTER TABLE chorus_voices ADD COLUMN IF NOT EXISTS expires_at BIGINT",
+                 "ALTER TABLE chorus_voices ADD COLUMN IF NOT EXISTS seq BIGSERIAL")  # order of arrival
 _BUILTIN_SCHEMA = "CREATE TABLE IF NOT EXISTS chorus_builtin_voices (key TEXT PRIMARY KEY, blob BYTEA NOT NULL)"
 _LEXICON_SCHEMA = ("CREATE TABLE IF NOT EXISTS chorus_pronunciations (id TEXT PRIMARY KEY, text TEXT NOT NULL, "
                    "say TEXT NOT NULL, voice TEXT, created_at BIGINT NOT NULL, seq BIGSERIAL)")
@@ -94,7 +95,7 @@ class PostgresVoiceStore:
             self._conn.execute("DELETE FROM chorus_voices WHERE kept AND expires_at <= %s", (now,))
             self._conn.execute(
                 "DELETE FROM chorus_voices WHERE id IN (SELECT id FROM chorus_voices WHERE kept "
-                "ORDER BY expires_at, id LIMIT greatest(0, (SELECT count(*) FROM chorus_voices WHERE kept) - %s + 1))",
+                "ORDER BY expires_at, seq LIMIT greatest(0, (SELECT count(*) FROM chorus_voices WHERE kept) - %s + 1))",
                 (max_kept,))
             return self._insert(KEPT_PREFIX, None, text, seconds, blob, expires_at)
 

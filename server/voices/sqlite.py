@@ -130,7 +130,7 @@ class VoiceStore:
             doomed = [row[0] for row in self._db.execute(
                 "SELECT id FROM voices WHERE kept = 1 AND expires_at <= ?", (now,))]
             kept = [row[0] for row in self._db.execute(
-                "SELECT id FROM voices WHERE kept = 1 AND expires_at > ? ORDER BY expires_at, id", (now,))]
+                "SELECT id FROM voices WHERE kept = 1 AND expires_at > ? ORDER BY expires_at, rowid", (now,))]
             doomed += kept[:max(0, len(kept) - max_kept + 1)]
             for voice_id in doomed:
                 self._remove(voice_id)

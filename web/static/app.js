@@ -93,7 +93,17 @@ function setVoiceMode(mode) {
   const radio = document.querySelector(`input[name="voice-mode"][value="${mode}"]`);
   if (radio && !radio.checked) radio.checked = true;
   for (const panel of document.querySelectorAll(".voice-panel")) panel.hidden = panel.dataset.mode !== mode;
+  // keeping a voice is for the voices the model picks (automatic, designed)
+  $("keep-voice-row").hidden = $("keep-voice-hint").hidden = mode === "library";
   if (mode === "library" && !library.loaded) library.refresh();
+}
+
+// A kept voice (a result's `voice_id`): picked in Voices, for the next requests.
+async function useVoice(voiceId) {
+  setVoiceMode("library");
+  await library.refresh(voiceId);
+  $(`voice-opt-${voiceId}`)?.focus();
+  announce("The kept voice is picked: the next requests speak with it.");
 }
 for (const radio of document.querySelectorAll('input[name="voice-mode"]')) {
   radio.addEventListener("change", () => {
@@ -141,6 +151,7 @@ function requestFields(chars) {
     label = `Designed: ${fields.instruct}`;
   }
   fields.options = knobs.read(chars);
+  if (mode !== "library" && $("keep-voice").checked) fields.keep_voice = true;
   return { fields, label };
 }
 
@@ -184,6 +195,9 @@ function route(msg) {
       break;
     case "progress":
       job?.onProgress(msg);
+      break;
+    case "words":
+      job?.onWords(msg);
       break;
     case "done":
       job?.onDone(msg);
@@ -262,7 +276,8 @@ async function generate() {
 
   audioContext(); // created and resumed inside the click, so playback may start later
   const id = nextId();
-  const request = { id, text, ...fields, encoding: "pcm_s16le", progress: true };
+  // word timings (the model's own, free): the result's captions
+  const request = { id, text, ...fields, encoding: "pcm_s16le", progress: true, timestamps: "word" };
   if (knobs.delivery() === "whole") request.stream = "whole";
 
   const changed = Object.entries(fields.options).map(([k, v]) => `${k} ${v}`);
@@ -271,7 +286,7 @@ async function generate() {
     fullText: text,
     meta: [label, languageLabel(), ...changed].join(" · "),
   };
-  const job = new Job(id, state.seq, summary, { cancel: cancelJob, remove: removeJob, announce, queue, downloadMp3 });
+  const job = new Job(id, state.seq, summary, { cancel: cancelJob, remove: removeJob, announce, queue, downloadMp3, useVoice });
   job.request = request;
   job.mp3 = !request.reference; // the HTTP endpoint takes library and built-in voices only
   state.jobs.set(id, job);
@@ -385,12 +400,12 @@ const live = new LiveSession({
 });
 
 // A finished live stream as a result card: replay, WAV, and captions from its segments.
-function liveResult({ chunks, sampleRate, cues, text, label, done }) {
+function liveResult({ chunks, sampleRate, cues, segments, text, label, done }) {
   const id = nextId("live-result");
   const title = text.replace(/\s+/g, " ").slice(0, 80) + (text.length > 80 ? "…" : "");
   const summary = { title: `Live · ${title}`, fullText: text,
-                    meta: [label, languageLabel(), `${cues.length} segment${cues.length === 1 ? "" : "s"}`].join(" · ") };
-  const job = new Job(id, state.seq, summary, { cancel: cancelJob, remove: removeJob, announce, queue, downloadMp3 });
+                    meta: [label, languageLabel(), `${segments} segment${segments === 1 ? "" : "s"}`].join(" · ") };
+  const job = new Job(id, state.seq, summary, { cancel: cancelJob, remove: removeJob, announce, queue, downloadMp3, useVoice });
   job.live = true;
   state.jobs.set(id, job);
   job.mount($("job-list"));

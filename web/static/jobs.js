@@ -23,7 +23,7 @@ const ordinal = (n) => (n === 1 ? "next" : `${n}th in line`.replace(/^2th/, "2nd
 
 export class Job {
   // summary: {title, fullText, meta}; hooks: {cancel(job), remove(job), announce(text),
-  // queue: PlaybackQueue, downloadMp3(job)}
+  // queue: PlaybackQueue, downloadMp3(job), useVoice(voiceId)}
   constructor(id, seq, summary, hooks) {
     this.id = id;
     this.seq = seq;
@@ -65,6 +65,7 @@ export class Job {
       cueBox: q(".job-cues"),
       mp3: q(".job-mp3"),
       cancel: q(".job-cancel"),
+      kept: q(".job-kept"),
       remove: q(".job-remove"),
     };
     this.$.title.textContent = `#${seq} · ${summary.title}`;
@@ -161,6 +162,11 @@ export class Job {
     this.updatePlayButton();
   }
 
+  // A chunk's words (`timestamps: "word"`): the captions.
+  onWords(msg) {
+    for (const w of msg.words || []) this.cues.push({ text: w.text, start: w.start_samples, end: w.end_samples });
+  }
+
   onDone(msg) {
     this.setState("done");
     const chunks = msg.chunks ?? this.chunks.length;
@@ -189,6 +195,11 @@ export class Job {
       }),
     );
     this.$.timings.hidden = false;
+    if (msg.voice_id) {  // `keep_voice`: this result's speaker, kept by the server
+      this.$.kept.querySelector(".job-kept-id").textContent = msg.voice_id;
+      this.$.kept.querySelector(".job-use-voice").onclick = () => this.hooks.useVoice(msg.voice_id);
+      this.$.kept.hidden = false;
+    }
     this.finishAudio();
     this.hooks.announce(`Request ${this.seq} done: ${audioS.toFixed(1)} seconds of audio.`);
   }

@@ -61,7 +61,7 @@ export class LiveSession {
     const picked = this.hooks.request();
     if (!picked) return;
     const request = picked.fields;
-    this.recording = { chunks: [], sampleRate: 24000, label: picked.label };
+    this.recording = { chunks: [], words: [], sampleRate: 24000, label: picked.label };
     $("live-error").hidden = true;
     this.box.removeAttribute("aria-invalid");
     audioContext(); // inside the click: playback may start later
@@ -78,7 +78,7 @@ export class LiveSession {
       const text = this.box.value;
       this.sent = text.length;
       this.flushed = !text.trim();
-      const frame = { id: this.id, ...request, encoding: "pcm_s16le", progress: false };
+      const frame = { id: this.id, ...request, encoding: "pcm_s16le", progress: false, timestamps: "word" };
       if (text.trim()) frame.text = text;
       this.hooks.connection.send(synthesizeFrame(frame, "stream_open"));
     } catch {
@@ -189,6 +189,9 @@ export class LiveSession {
       case "segment":
         this.onSegment(msg);
         break;
+      case "words": // the captions of the result card, word by word
+        if (this.recording) for (const w of msg.words) this.recording.words.push({ text: w.text, start: w.start_samples, end: w.end_samples });
+        break;
       case "done":
         this.end(null, false, msg);
         announce("Live stream finished.");
@@ -286,11 +289,13 @@ export class LiveSession {
     const rec = this.recording;
     this.recording = null;
     if (!rec || !rec.chunks.length) return;
-    const cues = [...this.segments.values()]
+    const sentences = [...this.segments.values()]
       .filter((seg) => seg.known)
       .map((seg) => ({ text: seg.span.textContent, start: seg.start, end: seg.end }));
-    const text = cues.map((c) => c.text.trim()).join(" ") || this.box.value.trim();
-    this.hooks.onFinished({ ...rec, cues, text, done });
+    const text = sentences.map((c) => c.text.trim()).join(" ") || this.box.value.trim();
+    // captions: word by word where the server sent timings, else sentence by sentence
+    const cues = rec.words.length ? rec.words : sentences;
+    this.hooks.onFinished({ ...rec, cues, segments: sentences.length, text, done });
   }
 
   // The connection was lost mid-stream.
