@@ -60,7 +60,7 @@ async def load_aligner(cfg: ServerConfig) -> Aligner | None:
     """`--aligner`'s CTC checkpoint, loaded in a thread (it is torch: imported only here)."""
     if not cfg.aligner:
         return None
-    from server.engine.model.aligner import CtcAligner
+    from server.engine.model.aligner import CtcAligner  # lazy: torch, kept out of the web layer
 
     return await asyncio.to_thread(CtcAligner, cfg.aligner)
 

@@ -34,7 +34,7 @@ Spans = list[tuple[float, float]]  # per word: (start, end) in seconds from the 
 
 class CtcAligner:
     def __init__(self, path: str | Path, device: str = "cpu"):
-        from transformers import AutoProcessor, Wav2Vec2ForCTC
+        from transformers import AutoProcessor, Wav2Vec2ForCTC  # lazy: only a server started with --aligner
 
         self.path = str(path)
         self.processor = AutoProcessor.from_pretrained(self.path)
@@ -137,7 +137,7 @@ VOCAB = ["<pad>", "<s>", "</s>", "<unk>", "|", *"abcdefghijklmnopqrstuvwxyz'"]
 def make_aligner_checkpoint(out: str | Path, seed: int = 0) -> Path:
     """A random-weight wav2vec2 CTC checkpoint of the real format (a small one: 2 layers of
     32), with a character vocabulary as wav2vec2's English models have: for tests."""
-    from transformers import (
+    from transformers import (  # lazy: only `chorus make-aligner` and its tests
         Wav2Vec2Config,
         Wav2Vec2CTCTokenizer,
         Wav2Vec2FeatureExtractor,
