@@ -55,6 +55,11 @@ class Metrics:
                                    "one-shot references; at most --max-voice-encodes)", registry=r)
         self.voice_encode_waits = Counter("chorus_voice_encode_waits", "Reference clips that waited for an "
                                           "encode slot (--max-voice-encodes)", registry=r)
+        self.decode_hold = Gauge("chorus_decode_hold_seconds", "Wall time the decode hold kept chunks with "
+                                 "slack waiting, since start (its share of uptime is bounded)", ["engine"],
+                                 registry=r)
+        self.decode_holds_refused = Gauge("chorus_decode_holds_refused", "Decode holds not started for want "
+                                          "of hold budget, since start", ["engine"], registry=r)
         self._counted_steps: dict[str, int] = {}
         self._seen_steps: dict[str, int] = {}
 
@@ -75,6 +80,8 @@ class Metrics:
             name = stats.name
             self.queue_depth.labels(name).set(stats.waiting_items)
             self.inflight_items.labels(name).set(stats.running_items)
+            self.decode_hold.labels(name).set(stats.decode_hold_seconds_total)
+            self.decode_holds_refused.labels(name).set(stats.decode_holds_refused_total)
             counted = self._counted_steps.get(name, 0)
             if stats.steps_total > counted:
                 self.steps.labels(name).inc(stats.steps_total - counted)

@@ -100,6 +100,8 @@ class EngineStats:
     steps_total: int
     packed_tokens_last_step: int
     step_seconds_last: float
+    decode_hold_seconds_total: float = 0.0  # wall time the decode hold kept chunks waiting
+    decode_holds_refused_total: int = 0  # holds the hold budget did not start
 
 
 # ---- events, delivered to the request's sink from the engine thread --------------------

@@ -173,7 +173,9 @@ class EngineLoop:
         return EngineStats(name=self.name, waiting_items=len(self.scheduler.waiting),
                            running_items=len(self.scheduler.running), requests_inflight=len(self.book.live_ids),
                            steps_total=self._steps, packed_tokens_last_step=last.packed_tokens if last else 0,
-                           step_seconds_last=last.seconds if last else 0.0)
+                           step_seconds_last=last.seconds if last else 0.0,
+                           decode_hold_seconds_total=self.scheduler.hold_budget.held_seconds_total,
+                           decode_holds_refused_total=self.scheduler.hold_budget.holds_refused_total)
 
     # ---- engine thread ----------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from server.engine.scheduling import deadlines
+from server.engine.scheduling.hold_budget import HOLD_SHARE, HoldBudget
 from server.engine.scheduling.output import LaunchedStep, ScheduledBatch
 from server.engine.types import RequestRejected
 from server.engine.work import Utterance
@@ -36,7 +37,8 @@ DECODE_HOLD_MAX_S = 0.05  # a hold lasts at most this long, even if the decode's
 
 class Scheduler:
     def __init__(self, max_batch_size: int, max_packed_tokens: int, policy: str = "fifo", frame_rate: int = 25,
-                 horizon_s: float = deadlines.HORIZON_S, urgent_step_tokens: int | None = None):
+                 horizon_s: float = deadlines.HORIZON_S, urgent_step_tokens: int | None = None,
+                 hold_share: float = HOLD_SHARE):
         if policy not in POLICIES:
             raise ValueError(f"scheduling must be one of {', '.join(POLICIES)}, not {policy!r}")
         self.max_batch_size = max_batch_size
@@ -50,6 +52,7 @@ class Scheduler:
         self.waiting: list[_Waiting] = []  # sorted by (request arrival, chunk index)
         self.running: list[Utterance] = []
         self.awaited: dict[tuple[str, int], float] = {}  # due chunks being decoded: since when
+        self.hold_budget = HoldBudget(DECODE_HOLD_MAX_S, hold_share)  # the share of time holds may idle
 
     def fits_alone(self, packed_len: int) -> bool:
         return packed_len <= self.max_packed_tokens
@@ -79,22 +82,34 @@ class Scheduler:
 
     def await_decode(self, utt: Utterance, now: float) -> bool:
         """`utt` has taken its last step: when its audio is due already (deadline policy,
-        streamed), hold chunks with slack to spare until it is `decoded`. True if held."""
+        streamed) and the hold budget has credit, hold chunks with slack to spare until it is
+        `decoded`. True if held."""
         if self.policy != "deadline" or deadlines.is_whole(utt):
             return False
         if deadlines.due_at(utt, self.step_seconds, self.frame_rate) > now:
             return False
+        if not self.hold_budget.start(now):
+            return False
         self.awaited[(utt.state.request_id, utt.chunk_index)] = now
         return True
 
-    def decoded(self, request_id: str, chunk_index: int) -> None:
+    def decoded(self, request_id: str, chunk_index: int, now: float | None = None) -> None:
         """The chunk's audio is out (or it failed): its hold ends."""
         self.awaited.pop((request_id, chunk_index), None)
+        self._end_hold_if_idle(time.perf_counter() if now is None else now)
+
+    def _end_hold_if_idle(self, now: float) -> None:
+        if not self.awaited:
+            self.hold_budget.end(now)
 
     def _holding(self, now: float) -> bool:
+        """Whether chunks with slack wait this step: each awaited chunk for at most
+        `DECODE_HOLD_MAX_S`, all of them only while the hold budget lasts."""
+        out_of_credit = self.hold_budget.holding and self.hold_budget.left(now) <= 0
         for key, since in list(self.awaited.items()):
-            if now - since > DECODE_HOLD_MAX_S:
+            if out_of_credit or now - since > DECODE_HOLD_MAX_S:
                 del self.awaited[key]
+        self._end_hold_if_idle(now)
         return bool(self.awaited)
 
     def schedule(self, now: float | None = None) -> ScheduledBatch:
@@ -199,11 +214,12 @@ class Scheduler:
         gone = {id(u) for u in utts}
         self.running = [u for u in self.running if id(u) not in gone]
 
-    def drop_request(self, request_id: str) -> None:
+    def drop_request(self, request_id: str, now: float | None = None) -> None:
         """Remove every utterance of a request (cancel / failure)."""
         self.running = [u for u in self.running if u.state.request_id != request_id]
         self.waiting = [w for w in self.waiting if w.utt.state.request_id != request_id]
         self.awaited = {key: t for key, t in self.awaited.items() if key[0] != request_id}
+        self._end_hold_if_idle(time.perf_counter() if now is None else now)
 
     def __len__(self) -> int:
         return len(self.running) + len(self.waiting)
