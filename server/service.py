@@ -126,6 +126,11 @@ class SynthesisService:
         return self.engine.sample_rate
 
     @property
+    def frame_rate(self) -> int:
+        """Audio tokens per second of the model's codec."""
+        return self.engines[0].frame_rate
+
+    @property
     def model_name(self) -> str:
         return self.engine.model_name
 

@@ -33,11 +33,14 @@ class VoicePrompt:
     the torch-free web layer pass back a finished chunk's `ChunkTokens`); the engine moves it
     to its device. `rms` None: post-process as without a reference (peak normalisation), the
     convention of the reference's chained chunks, whose reference is the first chunk's audio.
+    `sets_pace` False: the clip gives the voice only, the text's length is planned as without a
+    reference (a stream's first segment too short to say how fast this voice speaks).
     """
 
     tokens: Any
     text: str
     rms: float | None
+    sets_pace: bool = True
 
     @property
     def num_frames(self) -> int:

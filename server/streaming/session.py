@@ -43,9 +43,12 @@ log = logging.getLogger("chorus.stream")
 ENDPOINT = "stream"
 STOPPING = "shutdown: the server is stopping and this stream did not finish within the drain window"
 # The stream cuts its text itself: each segment is one engine chunk, whatever chunk_threshold
-# (its largest value; a segment is at most a few hundred characters, far below it) or fast
-# start's first_chunk_seconds (off) say.
+# says (its largest value; a segment is at most a few hundred characters, far below it); but
+# fast start (`first_chunk_seconds`, opt-in) may cut the first segment once more, at a clause.
 NO_CHUNKING_S = float(BY_NAME["chunk_threshold"].high)
+# A chained stream's first segment gives its voice to the rest; its speaking rate only when it
+# has at least this much audio (a "Sure!" says little about how fast the voice speaks).
+MIN_PACE_SECONDS = 2.0
 _U64 = 1 << 64
 
 
@@ -68,8 +71,9 @@ class StreamSession:
         self.limits = limits
         self.outlet = outlet
         self.segmenter = Segmenter()
-        self.options = replace(p.generation_options(msg.options), chunk_threshold=NO_CHUNKING_S,
-                               first_chunk_seconds=None)
+        asked = p.generation_options(msg.options)
+        self.first_chunk_seconds = asked.first_chunk_seconds  # the first segment's fast start
+        self.options = replace(asked, chunk_threshold=NO_CHUNKING_S, first_chunk_seconds=None)
         self.chained = msg.voice is None and msg.reference is None
         self.kept: KeptVoice | None = service.keeper() if msg.keep_voice else None
         self.normalize = msg.options.normalize_text
@@ -190,6 +194,8 @@ class StreamSession:
         options = self.options
         if options.seed is not None:
             options = replace(options, seed=(options.seed + index) % _U64)
+        if index == 0 and self.first_chunk_seconds is not None:
+            options = replace(options, first_chunk_seconds=self.first_chunk_seconds)
         request = SynthesisRequest(request_id=seg.request_id, text=spoken, language=self.msg.language,
                                    instruct=self.msg.instruct, voice=self.voice, options=options,
                                    due_at=self._due_at(), progress=self.msg.progress)
@@ -220,7 +226,9 @@ class StreamSession:
         if self.kept is not None and event.chunk == 0:
             self.kept.keep(event.tokens, event.text)
         if self.chained and event.chunk == 0 and self.voice is None:
-            self.voice = VoicePrompt(tokens=event.tokens, text=event.text, rms=None)  # the text it speaks
+            paced = event.tokens.shape[-1] >= MIN_PACE_SECONDS * self.service.frame_rate
+            self.voice = VoicePrompt(tokens=event.tokens, text=event.text, rms=None,  # the text it speaks
+                                     sets_pace=paced)
             self._pump()
 
     def _over_buffer(self, arriving: int) -> bool:
