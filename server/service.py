@@ -46,6 +46,7 @@ log = logging.getLogger("chorus.service")
 # Codes an engine may reject with that the protocol knows; anything else is invalid_request.
 _ENGINE_CODES = {"invalid_request", "duplicate_id", "text_too_long", "busy", "voice_not_found"}
 VOICE_CACHE_SIZE = 64
+STREAM_ENDPOINT = "stream"  # a text stream's segments: the stream counts their first audio by kind
 
 
 class Engine(Protocol):
@@ -231,7 +232,8 @@ class SynthesisService:
         if not self._jobs:
             self._idle.set()
         self.metrics.inflight_requests.set(len(self._jobs))
-        self.metrics.finished(job.endpoint, finished.outcome, finished.audio_seconds, finished.first_audio_ms)
+        self.metrics.finished(job.endpoint, finished.outcome, finished.audio_seconds, finished.first_audio_ms,
+                              kind=None if job.endpoint == STREAM_ENDPOINT else "line")
         extra = {"request_id": job.request_id, "outcome": finished.outcome,
                  "audio_s": finished.audio_seconds, "queue_ms": finished.queue_ms,
                  "first_audio_ms": finished.first_audio_ms, "total_ms": finished.total_ms}

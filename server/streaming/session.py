@@ -23,7 +23,6 @@ from msgspec import Struct
 
 from server import protocol as p
 from server.config import StreamLimits
-from server.encoders import default_rate, ws_encoder
 from server.engine.types import (
     ChunkAudio,
     ChunkTokens,
@@ -34,13 +33,14 @@ from server.engine.types import (
 )
 from server.kept_voices import KeepFailed, KeptVoice
 from server.options import BY_NAME
-from server.service import ServiceError, SynthesisService
-from server.streaming.frames import SegmentMsg, StreamAudioHeader, StreamProgressMsg
+from server.service import STREAM_ENDPOINT, ServiceError, SynthesisService
+from server.streaming.frames import StreamProgressMsg
 from server.streaming.pieces import PendingSegment, Segment
+from server.streaming.playback import StreamPlayback
 from server.streaming.segmenter import Segmenter
 
 log = logging.getLogger("chorus.stream")
-ENDPOINT = "stream"
+ENDPOINT = STREAM_ENDPOINT
 STOPPING = "shutdown: the server is stopping and this stream did not finish within the drain window"
 # The stream cuts its text itself: each segment is one engine chunk, whatever chunk_threshold
 # says (its largest value; a segment is at most a few hundred characters, far below it); but
@@ -82,17 +82,13 @@ class StreamSession:
         self.voice_ready = False
         self.pending: deque[PendingSegment] = deque()  # complete segments not yet submitted
         self.segments: list[Segment] = []
-        self.head = 0  # the segment whose audio is being sent
         self.running = 0  # segments submitted and not finished
         self.planned_s = 0.0  # audio the submitted segments plan, together (the engine's estimate)
-        self.offset = 0  # samples sent so far
-        self.frames = 0
-        self.out_rate = service.sample_rate  # of the audio sent (the encoder's output rate)
+        self.playback = StreamPlayback(msg.id, msg.encoding, msg.sample_rate, service.sample_rate,
+                                       outlet.send, outlet.send_bytes, service.metrics.stream_late)
         self.closed = False
         self.ended = False
         self.opened_at = time.perf_counter()
-        self.first_audio_ms: float | None = None
-        self.first_audio_at: float | None = None  # perf_counter() of the stream's first audio frame
         self.queue_ms = 0.0
         self._loop = asyncio.get_running_loop()
         self._idle = self._loop.call_later(limits.idle_seconds, self._on_idle)
@@ -215,10 +211,7 @@ class StreamSession:
     def _due_at(self) -> float | None:
         """When playback will reach the next segment (the engine's deadline hint): the stream's
         first audio plus the audio before it (heard or planned); None (now) before any audio."""
-        if self.first_audio_at is None:
-            return None
-        before = sum(s.samples / self.out_rate if s.finished else s.planned_s for s in self.segments)
-        return self.first_audio_at + before
+        return self.playback.clock.due(self.playback.heard_before_next(self.segments))
 
     def _first_tokens(self, event: ChunkTokens) -> None:
         """Segment 0's tokens: the voice of the rest (automatic and design modes) and, with
@@ -264,16 +257,18 @@ class StreamSession:
             self.outlet.send(StreamProgressMsg(self.id, event.chunk, event.step, event.num_steps,
                                                event.fraction, segment=seg.index))
         elif isinstance(event, ChunkAudio):
-            if seg.index == self.head:
-                self._send_audio(seg, event)
-            else:
-                seg.held.append(event)
+            first = self.playback.first_audio_at is None
+            self.playback.audio(self.segments, seg, event)
+            if first and self.playback.first_audio_at is not None:
+                self.service.metrics.first_audio_of("stream_first", self._first_audio_ms() / 1000.0)
         elif event.outcome == "done":
             self.running -= 1
             seg.finished = True
             if seg.index == 0:
                 self.queue_ms = event.queue_ms
-            self._advance()
+            elif event.first_audio_ms is not None:  # a later segment: from its submission
+                self.service.metrics.first_audio_of("stream_later", event.first_audio_ms / 1000.0)
+            self.playback.advance(self.segments)
             self._pump()
         elif event.outcome == "cancelled":  # not asked for by this stream: the server is stopping
             self._end(p.Cancelled(self.id, reason=STOPPING))
@@ -281,41 +276,19 @@ class StreamSession:
             self._end(p.ErrorMsg(self.id, "internal", f"segment {seg.index}: "
                                  f"{event.message or 'the engine failed on this segment'}"))
 
-    def _send_audio(self, seg: Segment, event: ChunkAudio) -> None:
-        if self.first_audio_at is None:
-            self.first_audio_at = time.perf_counter()
-            self.first_audio_ms = round((self.first_audio_at - self.segments[0].submitted_at) * 1000.0, 3)
-        if seg.encoder is None:
-            rate = self.msg.sample_rate or default_rate(self.msg.encoding, event.sample_rate)
-            seg.encoder = ws_encoder(self.msg.encoding, event.sample_rate, rate)
-        out = seg.encoder.push(event.audio, last=event.final)
-        self.out_rate = seg.encoder.out_rate
-        samples = out.samples
-        header = StreamAudioHeader(self.id, event.chunk, event.final, seg.encoder.out_rate, self.msg.encoding,
-                                   samples, packets=out.packets, segment=seg.index, offset_samples=self.offset)
-        self.outlet.send_bytes(p.audio_frame(header, out.data), samples / seg.encoder.out_rate)
-        self.offset += samples
-        seg.samples += samples
-        self.frames += 1
-
-    def _advance(self) -> None:
-        """Close finished head segments (their `segment` frame), release the next one's audio."""
-        while self.head < len(self.segments) and self.segments[self.head].finished:
-            seg = self.segments[self.head]
-            self.outlet.send(SegmentMsg(self.id, seg.index, seg.text, self.offset - seg.samples, seg.samples))
-            self.head += 1
-            if self.head < len(self.segments):
-                nxt = self.segments[self.head]
-                for event in nxt.held:
-                    self._send_audio(nxt, event)
-                nxt.held.clear()
+    def _first_audio_ms(self) -> float | None:
+        """From the first segment's completion to the stream's first audio frame."""
+        if self.playback.first_audio_at is None:
+            return None
+        return round((self.playback.first_audio_at - self.segments[0].submitted_at) * 1000.0, 3)
 
     def _maybe_done(self) -> None:
         if (self.closed and not self.ended and not self.finishing and self.voice_ready and not self.pending
-                and self.head == len(self.segments) and self.segmenter.buffered == 0):
+                and self.playback.head == len(self.segments) and self.segmenter.buffered == 0):
             total_ms = round((time.perf_counter() - self.opened_at) * 1000.0, 3)
-            done = p.Done(self.id, self.frames, round(self.offset / self.out_rate, 4),
-                          p.Timings(self.queue_ms, self.first_audio_ms, total_ms))
+            out = self.playback
+            done = p.Done(self.id, out.frames, round(out.offset / out.out_rate, 4),
+                          p.Timings(self.queue_ms, self._first_audio_ms(), total_ms))
             if self.kept is None:
                 self._end(done)
             else:
