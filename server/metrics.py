@@ -102,8 +102,10 @@ class Metrics:
 
     def observe_engines(self, engines: Iterable[Any]) -> None:
         """Copy each engine's gauges and its steps since the last scrape into the registry."""
+        headroom = None
         for engine in engines:
             stats = engine.stats()
+            headroom = stats.realtime_headroom if headroom is None else max(headroom, stats.realtime_headroom)
             name = stats.name
             self.queue_depth.labels(name).set(stats.waiting_items)
             self.inflight_items.labels(name).set(stats.running_items)
@@ -124,6 +126,8 @@ class Metrics:
                         self.step_interval.labels(name).observe(record.interval)
             if records:
                 self._seen_steps[name] = max(seen, records[-1].index)
+        if headroom is not None:
+            self.realtime_headroom.set(headroom)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

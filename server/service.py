@@ -176,7 +176,7 @@ class SynthesisService:
         except RequestRejected as exc:
             code = exc.code if exc.code in _ENGINE_CODES else "invalid_request"
             self.reject(endpoint, code)
-            raise ServiceError(code, str(exc), exc.field) from None
+            raise ServiceError(code, str(exc), exc.field, exc.retry_after_ms) from None
         except Exception:  # a bug: the caller answers `internal`; /metrics counts it like any refusal
             self.reject(endpoint, "internal")
             raise

@@ -86,10 +86,12 @@ class RequestRejected(ValueError):
     `field` names the offending input where there is one (for the client's error message).
     """
 
-    def __init__(self, message: str, field: str | None = None, code: str = "invalid_request"):
+    def __init__(self, message: str, field: str | None = None, code: str = "invalid_request",
+                 retry_after_ms: int | None = None):
         super().__init__(message)
         self.field = field
         self.code = code
+        self.retry_after_ms = retry_after_ms  # `busy`: when trying again may succeed
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,7 @@ class EngineStats:
     step_seconds_last: float
     decode_hold_seconds_total: float = 0.0  # wall time the decode hold kept chunks waiting
     decode_holds_refused_total: int = 0  # holds the hold budget did not start
+    realtime_headroom: float = 1.0  # the share of the engine its realtime promises leave free
 
 
 # ---- events, delivered to the request's sink from the engine thread --------------------

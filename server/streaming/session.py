@@ -199,7 +199,8 @@ class StreamSession:
         try:
             accepted = self.service.submit(request, lambda event: self._on_event(seg, event), ENDPOINT, on_tokens)
         except ServiceError as exc:
-            self._end(p.ErrorMsg(self.id, exc.code, f"segment {index}: {exc.message}"))
+            self._end(p.ErrorMsg(self.id, exc.code, f"segment {index}: {exc.message}",
+                                 retry_after_ms=exc.retry_after_ms))
             return
         seg.planned_s = sum(accepted.target_seconds)
         if self._over_audio_cap(seg, seg.planned_s):
