@@ -46,7 +46,6 @@ log = logging.getLogger("chorus.service")
 # Codes an engine may reject with that the protocol knows; anything else is invalid_request.
 _ENGINE_CODES = {"invalid_request", "duplicate_id", "text_too_long", "busy", "voice_not_found"}
 VOICE_CACHE_SIZE = 64
-STREAM_ENDPOINT = "stream"  # a text stream's segments: the stream counts their first audio by kind
 
 
 class Engine(Protocol):
@@ -74,6 +73,7 @@ class _Job:
     endpoint: str
     deliver: Deliver
     on_tokens: Callable[[ChunkTokens], None] | None = None
+    first_audio_kind: str | None = "line"  # its first audio on /metrics (None: the caller counts it)
     next_chunk: int = 0
     held: dict[int, ChunkAudio] = field(default_factory=dict)
 
@@ -127,11 +127,6 @@ class SynthesisService:
         return self.engine.sample_rate
 
     @property
-    def frame_rate(self) -> int:
-        """Audio tokens per second of the model's codec."""
-        return self.engines[0].frame_rate
-
-    @property
     def model_name(self) -> str:
         return self.engine.model_name
 
@@ -155,7 +150,8 @@ class SynthesisService:
     # ---- requests -----------------------------------------------------------------------
 
     def submit(self, request: SynthesisRequest, deliver: Deliver, endpoint: str,
-               on_tokens: Callable[[ChunkTokens], None] | None = None) -> Accepted:
+               on_tokens: Callable[[ChunkTokens], None] | None = None, first_audio_kind: str | None = "line"
+               ) -> Accepted:
         """Queue `request`; `deliver` then gets, on this event loop: progress, audio in text
         order, and exactly one `Finished`, last; `on_tokens` (if given) each chunk's finished
         tokens, before its audio. Raises `ServiceError` for a request refused."""
@@ -165,7 +161,7 @@ class SynthesisService:
         if len(self._jobs) >= self.max_queue:
             self.reject(endpoint, "busy")
             raise ServiceError("busy", f"the server has {self.max_queue} requests queued; try again later")
-        job = _Job(request.request_id, endpoint, deliver, on_tokens)
+        job = _Job(request.request_id, endpoint, deliver, on_tokens, first_audio_kind)
         loop = asyncio.get_running_loop()
 
         def sink(event: EngineEvent) -> None:  # engine thread
@@ -233,7 +229,7 @@ class SynthesisService:
             self._idle.set()
         self.metrics.inflight_requests.set(len(self._jobs))
         self.metrics.finished(job.endpoint, finished.outcome, finished.audio_seconds, finished.first_audio_ms,
-                              kind=None if job.endpoint == STREAM_ENDPOINT else "line")
+                              kind=job.first_audio_kind)
         extra = {"request_id": job.request_id, "outcome": finished.outcome,
                  "audio_s": finished.audio_seconds, "queue_ms": finished.queue_ms,
                  "first_audio_ms": finished.first_audio_ms, "total_ms": finished.total_ms}

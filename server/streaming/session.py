@@ -33,14 +33,14 @@ from server.engine.types import (
 )
 from server.kept_voices import KeepFailed, KeptVoice
 from server.options import BY_NAME
-from server.service import STREAM_ENDPOINT, ServiceError, SynthesisService
+from server.service import ServiceError, SynthesisService
 from server.streaming.frames import StreamProgressMsg
 from server.streaming.pieces import PendingSegment, Segment
 from server.streaming.playback import StreamPlayback
 from server.streaming.segmenter import Segmenter
 
 log = logging.getLogger("chorus.stream")
-ENDPOINT = STREAM_ENDPOINT
+ENDPOINT = "stream"
 STOPPING = "shutdown: the server is stopping and this stream did not finish within the drain window"
 # The stream cuts its text itself: each segment is one engine chunk, whatever chunk_threshold
 # says (its largest value; a segment is at most a few hundred characters, far below it); but
@@ -197,7 +197,8 @@ class StreamSession:
                                    due_at=self._due_at(), progress=self.msg.progress)
         on_tokens = self._first_tokens if index == 0 and (self.chained or self.kept) else None
         try:
-            accepted = self.service.submit(request, lambda event: self._on_event(seg, event), ENDPOINT, on_tokens)
+            accepted = self.service.submit(request, lambda event: self._on_event(seg, event), ENDPOINT, on_tokens,
+                                           first_audio_kind=None)  # counted here, by segment
         except ServiceError as exc:
             self._end(p.ErrorMsg(self.id, exc.code, f"segment {index}: {exc.message}",
                                  retry_after_ms=exc.retry_after_ms))
@@ -220,7 +221,7 @@ class StreamSession:
         if self.kept is not None and event.chunk == 0:
             self.kept.keep(event.tokens, event.text)
         if self.chained and event.chunk == 0 and self.voice is None:
-            paced = event.tokens.shape[-1] >= MIN_PACE_SECONDS * self.service.frame_rate
+            paced = event.tokens.shape[-1] >= MIN_PACE_SECONDS * self.service.engines[0].frame_rate
             self.voice = VoicePrompt(tokens=event.tokens, text=event.text, rms=None,  # the text it speaks
                                      sets_pace=paced)
             self._pump()
