@@ -150,18 +150,19 @@ class SynthesisService:
     # ---- requests -----------------------------------------------------------------------
 
     def submit(self, request: SynthesisRequest, deliver: Deliver, endpoint: str,
-               on_tokens: Callable[[ChunkTokens], None] | None = None, first_audio_kind: str | None = "line"
-               ) -> Accepted:
+               on_tokens: Callable[[ChunkTokens], None] | None = None, segment: int | None = None) -> Accepted:
         """Queue `request`; `deliver` then gets, on this event loop: progress, audio in text
         order, and exactly one `Finished`, last; `on_tokens` (if given) each chunk's finished
-        tokens, before its audio. Raises `ServiceError` for a request refused."""
+        tokens, before its audio. Raises `ServiceError` for a request refused. `segment`: a text
+        stream's segment (the stream counts its first audio; a later one belongs to a turn
+        already taken, so a full queue does not cut the answer short)."""
         if self.draining:
             self.reject(endpoint, "busy")
             raise ServiceError("busy", SHUTTING_DOWN)
-        if len(self._jobs) >= self.max_queue:
+        if len(self._jobs) >= self.max_queue and not segment:
             self.reject(endpoint, "busy")
             raise ServiceError("busy", f"the server has {self.max_queue} requests queued; try again later")
-        job = _Job(request.request_id, endpoint, deliver, on_tokens, first_audio_kind)
+        job = _Job(request.request_id, endpoint, deliver, on_tokens, "line" if segment is None else None)
         loop = asyncio.get_running_loop()
 
         def sink(event: EngineEvent) -> None:  # engine thread

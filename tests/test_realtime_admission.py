@@ -18,9 +18,10 @@ import pytest
 
 from server.engine.scheduling.headroom import MIN_STEPS, REFUSE_BELOW, RETRY_MAX_S, RETRY_MIN_S, WINDOW_S, need
 from server.engine.types import RequestRejected
-from tests.chorus_client import Session, metric_value
+from tests.chorus_client import Outcome, Session, metric_value
 from tests.test_deadline_scheduler import Request, run_step, scheduler
 
+FIRST = "One sentence first, long enough that it is still being spoken when the line arrives."
 RATE = 400_000.0  # token-steps per second of the stand-in engine's fastest step
 
 
@@ -160,3 +161,41 @@ def test_a_server_over_its_promises_answers_busy_with_retry_after(admitting_serv
         return out
 
     assert asyncio.run(asyncio.wait_for(again(), 120)).end["type"] == "done"
+
+
+def test_a_full_queue_refuses_new_turns_but_never_cuts_a_taken_one_short(start_inproc, tmp_path):
+    """`--max-queue 1`: a stream's first segment takes the one place, its later segments
+    (with a reference voice, submitted while the first runs) still go through; a line sent
+    meanwhile is refused `busy`."""
+    import base64
+    import io
+
+    import soundfile as sf
+
+    from tests.conftest import make_reference_clip
+
+    buf = io.BytesIO()
+    sf.write(buf, make_reference_clip(1.5), 16000, format="WAV", subtype="PCM_16")
+    reference = {"audio": base64.b64encode(buf.getvalue()).decode(), "text": "A reference."}
+    server = start_inproc(tmp_path, "--max-queue", "1")
+
+    async def main():
+        s = await Session.open(server.ws_url)
+        s.outcomes["turn"] = Outcome("turn")
+        await s.send({"type": "stream_open", "id": "turn", "reference": reference, "options": {"num_step": 16}})
+        await s.wait_for("turn", "accepted")
+        await s.send({"type": "stream_append", "id": "turn", "text": f"{FIRST} Then a second. "})
+        await s.synthesize("line", "A line meanwhile.", options={"num_step": 4})
+        refused = await s.expect_error("busy", "line")
+        await s.send({"type": "stream_close", "id": "turn"})
+        out = (await s.collect(["turn"]))["turn"]
+        await s.close()
+        return refused, out
+
+    try:
+        refused, out = asyncio.run(asyncio.wait_for(main(), 180))
+    finally:
+        server.stop()
+    assert "requests queued" in refused["message"]
+    assert out.end["type"] == "done", out.end
+    assert [seg["text"] for seg in out.of("segment")] == [FIRST, "Then a second."]

@@ -198,7 +198,7 @@ class StreamSession:
         on_tokens = self._first_tokens if index == 0 and (self.chained or self.kept) else None
         try:
             accepted = self.service.submit(request, lambda event: self._on_event(seg, event), ENDPOINT, on_tokens,
-                                           first_audio_kind=None)  # counted here, by segment
+                                           segment=index)
         except ServiceError as exc:
             self._end(p.ErrorMsg(self.id, exc.code, f"segment {index}: {exc.message}",
                                  retry_after_ms=exc.retry_after_ms))
