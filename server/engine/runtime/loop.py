@@ -139,12 +139,11 @@ class EngineLoop:
             self._refuse_if_closed_or_live(request.request_id)
             seq = self.book.next_seq()
         state = RequestState(request=request, plan=plan, sink=sink, seq=seq, seed=seed)
-        for index in range(state.num_chunks):
-            # a later chunk that fits even by an upper bound is tokenised when it is built,
-            # off this path: a long text's first sound waits for chunk 0 alone
-            if index == 0 or not self.scheduler.fits_alone(packed_len_bound(state, index)):
+        first_len = self.scheduler.refuse_if_too_big(0, packed_len_of(self.model, state, 0))
+        for index in range(1, state.num_chunks):  # one that fits by an upper bound is tokenised when built,
+            if not self.scheduler.fits_alone(packed_len_bound(state, index)):  # off the first sound's path
                 self.scheduler.refuse_if_too_big(index, packed_len_of(self.model, state, index))
-        self.scheduler.admit_realtime(request, packed_len_bound(state, 0), time.perf_counter())  # or busy
+        self.scheduler.admit_realtime(request, first_len, time.perf_counter())  # or busy
         with self.book.lock:
             self._refuse_if_closed_or_live(request.request_id)
             if admit is not None:

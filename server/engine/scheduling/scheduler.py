@@ -59,12 +59,14 @@ class Scheduler:
     def fits_alone(self, packed_len: int) -> bool:
         return packed_len <= self.max_packed_tokens
 
-    def refuse_if_too_big(self, chunk: int, packed_len: int) -> None:
-        """A chunk over the whole budget could never run: refused at submission (`text`)."""
+    def refuse_if_too_big(self, chunk: int, packed_len: int) -> int:
+        """A chunk over the whole budget could never run: refused at submission (`text`);
+        else its packed length back."""
         if not self.fits_alone(packed_len):
             raise RequestRejected(
                 f"text: chunk {chunk} needs {packed_len} packed tokens, over this server's budget of "
                 f"{self.max_packed_tokens} (shorten the text or lower duration)", field="text")
+        return packed_len
 
     def add(self, utt: Utterance) -> None:
         bisect.insort(self.waiting, _Waiting((utt.state.seq, utt.chunk_index), utt))
