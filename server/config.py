@@ -29,6 +29,9 @@ class EngineSettings:
     # deadline: while urgent chunks run, a step holds at most this many packed tokens (more only
     # when the urgent chunks alone need more): small steps are fast ones
     urgent_step_tokens: int = 2048
+    # deadline: refuse (busy) a new line or stream turn when the realtime work held would need
+    # twice what the engine can do (scheduling/headroom.py); `chorus serve` turns it on on a GPU
+    realtime_admission: bool = False
     # steps up to this many packed tokens replay CUDA graphs captured at start (0: none)
     graph_max_tokens: int = 8192
     quantize: str | None = None  # None (the checkpoint's dtype) | "fp8" (Hopper: projections in FP8)

@@ -51,30 +51,66 @@ class Metrics:
         self.audio_seconds = Counter("chorus_audio_seconds", "Seconds of audio produced", registry=r)
         self.first_audio = Histogram("chorus_time_to_first_audio_seconds", "From submission to the first audio",
                                      buckets=FIRST_AUDIO_BUCKETS, registry=r)
+        self.first_audio_kind = Histogram(
+            "chorus_first_audio_seconds", "Time to first audio by kind: line (a request, from submission), "
+            "stream_first (a stream's first segment, from its completion to its first frame sent), stream_later "
+            "(a later segment, from its submission to its first audio)", ["kind"], buckets=FIRST_AUDIO_BUCKETS,
+            registry=r)
+        self.stream_underruns = Counter("chorus_stream_underruns", "Stream audio frames sent after they were due "
+                                        "on the stream's playback clock (the listener's player ran dry)",
+                                        registry=r)
+        self.stream_late_seconds = Counter("chorus_stream_late_seconds", "Seconds by which late stream frames "
+                                           "missed their playback time, together", registry=r)
+        self.realtime_headroom = Gauge("chorus_realtime_headroom", "The share of the engine the admission still "
+                                       "sees free for realtime work (the most free engine's; below "
+                                       "zero: over-committed)", registry=r)
         self.voice_encodes = Gauge("chorus_voice_encodes_running", "Reference clips being encoded (uploads and "
                                    "one-shot references; at most --max-voice-encodes)", registry=r)
         self.voice_encode_waits = Counter("chorus_voice_encode_waits", "Reference clips that waited for an "
                                           "encode slot (--max-voice-encodes)", registry=r)
+        self.decode_hold = Gauge("chorus_decode_hold_seconds", "Wall time the decode hold kept chunks with "
+                                 "slack waiting, since start (its share of uptime is bounded)", ["engine"],
+                                 registry=r)
+        self.decode_holds_refused = Gauge("chorus_decode_holds_refused", "Decode holds not started for want "
+                                          "of hold budget, since start", ["engine"], registry=r)
         self._counted_steps: dict[str, int] = {}
         self._seen_steps: dict[str, int] = {}
 
     def rejected(self, endpoint: str, code: str) -> None:
         self.requests.labels(endpoint, code).inc()
 
-    def finished(self, endpoint: str, outcome: str, audio_seconds: float, first_audio_ms: float | None) -> None:
+    def finished(self, endpoint: str, outcome: str, audio_seconds: float, first_audio_ms: float | None,
+                 kind: str | None = "line") -> None:
+        """A request ended; its first audio counts as `kind` (None: the caller counts it, as a
+        stream does for its segments)."""
         self.requests.labels(endpoint, outcome).inc()
         if audio_seconds > 0:
             self.audio_seconds.inc(audio_seconds)
         if first_audio_ms is not None:
             self.first_audio.observe(first_audio_ms / 1000.0)
+            if kind is not None:
+                self.first_audio_of(kind, first_audio_ms / 1000.0)
+
+    def first_audio_of(self, kind: str, seconds: float | None) -> None:
+        if seconds is not None:
+            self.first_audio_kind.labels(kind).observe(seconds)
+
+    def stream_late(self, seconds: float) -> None:
+        """A stream frame went out `seconds` after its playback time."""
+        self.stream_underruns.inc()
+        self.stream_late_seconds.inc(seconds)
 
     def observe_engines(self, engines: Iterable[Any]) -> None:
         """Copy each engine's gauges and its steps since the last scrape into the registry."""
+        headroom = None
         for engine in engines:
             stats = engine.stats()
+            headroom = stats.realtime_headroom if headroom is None else max(headroom, stats.realtime_headroom)
             name = stats.name
             self.queue_depth.labels(name).set(stats.waiting_items)
             self.inflight_items.labels(name).set(stats.running_items)
+            self.decode_hold.labels(name).set(stats.decode_hold_seconds_total)
+            self.decode_holds_refused.labels(name).set(stats.decode_holds_refused_total)
             counted = self._counted_steps.get(name, 0)
             if stats.steps_total > counted:
                 self.steps.labels(name).inc(stats.steps_total - counted)
@@ -90,6 +126,8 @@ class Metrics:
                         self.step_interval.labels(name).observe(record.interval)
             if records:
                 self._seen_steps[name] = max(seen, records[-1].index)
+        if headroom is not None:
+            self.realtime_headroom.set(headroom)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -74,6 +74,7 @@ class _Job:
     endpoint: str
     deliver: Deliver
     on_tokens: Callable[[ChunkTokens], None] | None = None
+    first_audio_kind: str | None = "line"  # its first audio on /metrics (None: the caller counts it)
     next_chunk: int = 0
     held: dict[int, ChunkAudio] = field(default_factory=dict)
 
@@ -151,17 +152,19 @@ class SynthesisService:
     # ---- requests -----------------------------------------------------------------------
 
     def submit(self, request: SynthesisRequest, deliver: Deliver, endpoint: str,
-               on_tokens: Callable[[ChunkTokens], None] | None = None) -> Accepted:
+               on_tokens: Callable[[ChunkTokens], None] | None = None, segment: int | None = None) -> Accepted:
         """Queue `request`; `deliver` then gets, on this event loop: progress, audio in text
         order, and exactly one `Finished`, last; `on_tokens` (if given) each chunk's finished
-        tokens, before its audio. Raises `ServiceError` for a request refused."""
+        tokens, before its audio. Raises `ServiceError` for a request refused. `segment`: a text
+        stream's segment (the stream counts its first audio; a later one belongs to a turn
+        already taken, so a full queue does not cut the answer short)."""
         if self.draining:
             self.reject(endpoint, "busy")
             raise ServiceError("busy", SHUTTING_DOWN)
-        if len(self._jobs) >= self.max_queue:
+        if len(self._jobs) >= self.max_queue and not segment:
             self.reject(endpoint, "busy")
             raise ServiceError("busy", f"the server has {self.max_queue} requests queued; try again later")
-        job = _Job(request.request_id, endpoint, deliver, on_tokens)
+        job = _Job(request.request_id, endpoint, deliver, on_tokens, "line" if segment is None else None)
         loop = asyncio.get_running_loop()
 
         def sink(event: EngineEvent) -> None:  # engine thread
@@ -172,7 +175,7 @@ class SynthesisService:
         except RequestRejected as exc:
             code = exc.code if exc.code in _ENGINE_CODES else "invalid_request"
             self.reject(endpoint, code)
-            raise ServiceError(code, str(exc), exc.field) from None
+            raise ServiceError(code, str(exc), exc.field, exc.retry_after_ms) from None
         except Exception:  # a bug: the caller answers `internal`; /metrics counts it like any refusal
             self.reject(endpoint, "internal")
             raise
@@ -228,7 +231,8 @@ class SynthesisService:
         if not self._jobs:
             self._idle.set()
         self.metrics.inflight_requests.set(len(self._jobs))
-        self.metrics.finished(job.endpoint, finished.outcome, finished.audio_seconds, finished.first_audio_ms)
+        self.metrics.finished(job.endpoint, finished.outcome, finished.audio_seconds, finished.first_audio_ms,
+                              kind=job.first_audio_kind)
         extra = {"request_id": job.request_id, "outcome": finished.outcome,
                  "audio_s": finished.audio_seconds, "queue_ms": finished.queue_ms,
                  "first_audio_ms": finished.first_audio_ms, "total_ms": finished.total_ms}

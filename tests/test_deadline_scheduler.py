@@ -311,7 +311,7 @@ def test_a_due_chunks_decode_holds_what_can_wait_and_releases_when_decoded():
     newcomer = Request(arrival=0.21).chunk(0)
     s.add(newcomer)
     assert run_step(s, now=0.21).utts == [newcomer]  # due now: runs, alone
-    s.decoded(story.state.request_id, 0)
+    s.decoded(story.state.request_id, 0, now=0.215)
     assert set(run_step(s, now=0.22).utts) == {newcomer, *later}
 
 
@@ -325,7 +325,7 @@ def test_running_chunks_with_slack_pause_for_a_due_decode_then_resume():
     done.step = done.num_step
     assert s.await_decode(done, now=0.1)
     assert s.schedule(now=0.1).utts == [] and s.paused_total == 1
-    s.decoded(done.state.request_id, 0)
+    s.decoded(done.state.request_id, 0, now=0.105)
     assert run_step(s, now=0.11).utts == [ahead] and ahead.step == 2  # its progress kept
 
 
@@ -346,5 +346,72 @@ def test_a_decode_hold_needs_a_due_streamed_chunk_and_ends_on_its_own():
     assert not s.awaited
     again = Request(arrival=1.0).chunk(0)
     assert s.await_decode(again, now=1.0)
-    s.drop_request(again.state.request_id)  # cancelled or failed: no hold left behind
+    s.drop_request(again.state.request_id, now=1.01)  # cancelled or failed: no hold left behind
     assert not s.awaited
+
+
+def test_a_lone_stream_holds_for_every_first_chunk_as_before():
+    """Light load: first chunks seconds apart each get their hold, whole."""
+    from server.engine.scheduling.scheduler import DECODE_HOLD_MAX_S
+
+    s = scheduler(tokens=1000)
+    for turn in range(5):
+        now = 3.0 * turn
+        first = Request(arrival=now).chunk(0)
+        first.step = first.num_step
+        ahead = Request(arrival=now, due_at=now + 9.0).chunk(0)
+        s.add(ahead)
+        assert s.await_decode(first, now=now + 0.1)
+        assert s.schedule(now=now + 0.1 + DECODE_HOLD_MAX_S * 0.9).utts == []  # held its full length
+        s.decoded(first.state.request_id, 0, now=now + 0.1 + DECODE_HOLD_MAX_S)
+        assert ahead in run_step(s, now=now + 0.2).utts
+        s.drop_request(ahead.state.request_id, now=now + 0.2)
+    assert s.hold_budget.holds_total == 5 and s.hold_budget.holds_refused_total == 0
+
+
+def test_under_sustained_load_holds_idle_the_engine_at_most_their_share():
+    """A due first chunk finishes every 20 ms and each decode takes 30 ms: unthrottled, the
+    engine would be held all the time. The bucket keeps held time near its share."""
+    from server.engine.scheduling.hold_budget import HOLD_SHARE
+
+    s = scheduler(tokens=100_000, batch=1000)
+    far = Request(arrival=0.0, chunks=(1.0,), due_at=1e6, num_step=10**9).chunk(0)  # always has slack
+    s.add(far)
+    now, ran, steps, pending = 0.0, 0, 0, []
+    while now < 60.0:
+        first = Request(arrival=now).chunk(0)
+        first.step = first.num_step
+        if s.await_decode(first, now=now):
+            pending.append((now + 0.03, first))
+        for _ in range(4):  # 5 ms steps, the decode reports as they land
+            for at, utt in [p for p in pending if p[0] <= now]:
+                s.decoded(utt.state.request_id, 0, now=now)
+                pending.remove((at, utt))
+            ran += far in run_step(s, now=now).utts
+            steps += 1
+            now += 0.005
+    held_share = s.hold_budget.held_seconds_total / now
+    assert 0.5 * HOLD_SHARE < held_share <= HOLD_SHARE * 1.1
+    assert 1 - ran / steps <= HOLD_SHARE * 1.2  # the bulk chunk ran in all but about that share of steps
+    assert s.hold_budget.holds_refused_total > s.hold_budget.holds_total  # most wanted holds were refused
+
+
+def test_a_hold_that_outlasts_its_credit_ends_early_and_is_charged():
+    from server.engine.scheduling.hold_budget import HoldBudget
+
+    budget = HoldBudget(cap_s=0.05, share=0.1)
+    assert budget.start(0.0) and budget.start(0.01)  # a second chunk joins the open hold
+    assert budget.holds_total == 1
+    assert budget.left(0.04) == pytest.approx(0.05 - 0.04)  # full: nothing more accrues
+    budget.end(0.06)  # the whole hold is charged
+    assert budget.credit_s == pytest.approx(0.05 - 0.06)
+    assert not budget.start(0.061) and not budget.start(0.061 + 0.05)  # below zero: no hold
+    assert budget.start(0.06 + 0.11)  # credit back after 10 x its deficit in wall time
+    s = scheduler(tokens=1000)
+    s.hold_budget.credit_s = 0.01  # only 10 ms of credit left
+    held = Request(arrival=0.0).chunk(0)
+    s.add(Request(arrival=0.0, due_at=9.0).chunk(0))
+    assert s.await_decode(held, now=0.1)
+    assert s.schedule(now=0.105).utts == []
+    assert len(s.schedule(now=0.12).utts) == 1 and not s.awaited  # out of credit: the hold ended
+    assert s.hold_budget.held_seconds_total == pytest.approx(0.02)

@@ -16,6 +16,7 @@ from server import protocol as p
 from server.app import create_app
 from server.config import EngineSettings, ServerConfig
 from server.engine.runtime.loop import EngineLoop
+from server.engine.runtime.pool import EnginePool
 from server.engine.scheduling.output import ScheduledBatch
 
 HOLD_LIMIT_S = 60.0  # a hold that never fills ends here, so a broken engine fails the test, not hangs it
@@ -74,7 +75,7 @@ def faulty(tiny_checkpoint, tmp_path_factory):
     engine.scheduler.schedule = schedule
     engine.start()
     cfg = ServerConfig(voices_dir=tmp_path_factory.mktemp("voices"), model_name="tiny")
-    with TestClient(create_app(cfg, engine=engine), base_url="http://test.localhost") as client:
+    with TestClient(create_app(cfg, engine=EnginePool([engine])), base_url="http://test.localhost") as client:
         yield client, faults
     engine.stop()
 

@@ -19,6 +19,7 @@ from server import protocol as p
 from server.app import create_app
 from server.config import EngineSettings, ServerConfig, StreamLimits
 from server.engine.runtime.loop import EngineLoop
+from server.engine.runtime.pool import EnginePool
 from server.engine.types import ChunkTokens, Finished
 
 SEGMENT_LIMIT = 2
@@ -37,7 +38,7 @@ class Watch:
         self.lock = threading.Lock()
         real_submit, real_add = engine.submit, engine.scheduler.add
 
-        def submit(request, sink):
+        def submit(request, sink, **admission):
             def watched(event):
                 with self.lock:
                     if isinstance(event, ChunkTokens) and event.chunk == 0:
@@ -50,7 +51,7 @@ class Watch:
                 self.requests[request.request_id] = request
                 self.live.add(request.request_id)
                 self.most_live = max(self.most_live, len(self.live))
-            return real_submit(request, watched)
+            return real_submit(request, watched, **admission)
 
         def add(utt):
             self.canvases[utt.state.request_id] = utt.item.prefix_ids.detach().cpu().clone()
@@ -69,7 +70,7 @@ def app_engine(tiny_checkpoint, tmp_path_factory):
     engine.start()
     cfg = ServerConfig(voices_dir=tmp_path_factory.mktemp("voices"), model_name="tiny",
                        stream=StreamLimits(max_segments_inflight=SEGMENT_LIMIT))
-    with TestClient(create_app(cfg, engine=engine), base_url="http://test.localhost") as client:
+    with TestClient(create_app(cfg, engine=EnginePool([engine])), base_url="http://test.localhost") as client:
         yield client, watch
     engine.stop()
 

@@ -15,6 +15,7 @@ import base64
 import itertools
 import json
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import AsyncIterator
@@ -66,7 +67,8 @@ def _as_body_spells(name: str) -> str:
 
 def _http_error(exc: ServiceError) -> ApiError:
     field = _as_body_spells(exc.field) if exc.field else None
-    return ApiError(exc.code, _as_body_spells(exc.message), field=field)
+    retry = {"Retry-After": str(max(1, math.ceil(exc.retry_after_ms / 1000)))} if exc.retry_after_ms else None
+    return ApiError(exc.code, _as_body_spells(exc.message), field=field, headers=retry)
 
 
 async def _voice(service: SynthesisService, voice: str | None) -> VoicePrompt | None:

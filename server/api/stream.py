@@ -232,7 +232,7 @@ class Connection:
             req.accepted = self.service.submit(request, lambda event: self._deliver(req, event), ENDPOINT,
                                                (lambda event: [hook(event) for hook in hooks]) if hooks else None)
         except ServiceError as exc:
-            self._end(req, p.ErrorMsg(req.client_id, exc.code, exc.message, exc.field))
+            self._end(req, p.ErrorMsg(req.client_id, exc.code, exc.message, exc.field, exc.retry_after_ms))
             return
         except Exception:  # a bug here fails this request only
             log.exception("starting a request failed", extra={"request_id": req.request_id})

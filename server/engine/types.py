@@ -33,11 +33,14 @@ class VoicePrompt:
     the torch-free web layer pass back a finished chunk's `ChunkTokens`); the engine moves it
     to its device. `rms` None: post-process as without a reference (peak normalisation), the
     convention of the reference's chained chunks, whose reference is the first chunk's audio.
+    `sets_pace` False: the clip gives the voice only, the text's length is planned as without a
+    reference (a stream's first segment too short to say how fast this voice speaks).
     """
 
     tokens: Any
     text: str
     rms: float | None
+    sets_pace: bool = True
 
     @property
     def num_frames(self) -> int:
@@ -83,10 +86,12 @@ class RequestRejected(ValueError):
     `field` names the offending input where there is one (for the client's error message).
     """
 
-    def __init__(self, message: str, field: str | None = None, code: str = "invalid_request"):
+    def __init__(self, message: str, field: str | None = None, code: str = "invalid_request",
+                 retry_after_ms: int | None = None):
         super().__init__(message)
         self.field = field
         self.code = code
+        self.retry_after_ms = retry_after_ms  # `busy`: when trying again may succeed
 
 
 @dataclass(frozen=True)
@@ -100,6 +105,9 @@ class EngineStats:
     steps_total: int
     packed_tokens_last_step: int
     step_seconds_last: float
+    decode_hold_seconds_total: float = 0.0  # wall time the decode hold kept chunks waiting
+    decode_holds_refused_total: int = 0  # holds the hold budget did not start
+    realtime_headroom: float = 1.0  # the share of the engine its realtime promises leave free
 
 
 # ---- events, delivered to the request's sink from the engine thread --------------------

@@ -1,13 +1,9 @@
 """One text stream (`stream_open` ... `stream_close`): text in as it is written, audio out in order.
 
-The text is cut into segments (`segmenter.Segmenter`); each complete segment becomes one
-engine request as soon as there is room (`max_segments_inflight`), and its audio is sent in
-segment order, each frame saying its segment and where its first sample sits in the stream.
-A stream keeps one voice: with a library voice or a reference every segment uses it; in
-automatic or design mode the first segment's finished tokens become the reference of every
-later one (`rms` None: the reference's chained-chunk convention), so later segments wait for
-the first one's tokens. Everything here runs on the event loop; the engine's events come
-through `SynthesisService.submit`, already in chunk order per segment.
+Each complete segment (`segmenter.Segmenter`) becomes one engine request when there is room;
+its audio goes out in segment order (`playback.StreamPlayback`). A stream keeps one voice: a
+library voice or reference, or else the first segment's tokens for every later one. Everything
+here runs on the event loop; the engine's events arrive in chunk order per segment.
 """
 
 from __future__ import annotations
@@ -23,7 +19,6 @@ from msgspec import Struct
 
 from server import protocol as p
 from server.config import StreamLimits
-from server.encoders import default_rate, ws_encoder
 from server.engine.types import (
     ChunkAudio,
     ChunkTokens,
@@ -35,9 +30,10 @@ from server.engine.types import (
 from server.kept_voices import KeepFailed, KeptVoice
 from server.options import BY_NAME
 from server.service import ServiceError, SynthesisService
-from server.streaming.frames import SegmentMsg, StreamAudioHeader, StreamProgressMsg
+from server.streaming.frames import StreamProgressMsg
 from server.streaming.ordered import OrderedFrames
 from server.streaming.pieces import PendingSegment, Segment
+from server.streaming.playback import StreamPlayback
 from server.streaming.segmenter import Segmenter
 from server.timestamps.clock import segment_words
 
@@ -45,9 +41,12 @@ log = logging.getLogger("chorus.stream")
 ENDPOINT = "stream"
 STOPPING = "shutdown: the server is stopping and this stream did not finish within the drain window"
 # The stream cuts its text itself: each segment is one engine chunk, whatever chunk_threshold
-# (its largest value; a segment is at most a few hundred characters, far below it) or fast
-# start's first_chunk_seconds (off) say.
+# says (its largest value; a segment is at most a few hundred characters, far below it); but
+# fast start (`first_chunk_seconds`, opt-in) may cut the first segment once more, at a clause.
 NO_CHUNKING_S = float(BY_NAME["chunk_threshold"].high)
+# A chained stream's first segment gives its voice to the rest; its speaking rate only when it
+# has at least this much audio (a "Sure!" says little about how fast the voice speaks).
+MIN_PACE_SECONDS = 2.0
 _U64 = 1 << 64
 
 
@@ -70,8 +69,9 @@ class StreamSession:
         self.limits = limits
         self.outlet = outlet
         self.segmenter = Segmenter()
-        self.options = replace(p.generation_options(msg.options), chunk_threshold=NO_CHUNKING_S,
-                               first_chunk_seconds=None)
+        asked = p.generation_options(msg.options)
+        self.first_chunk_seconds = asked.first_chunk_seconds  # the first segment's fast start
+        self.options = replace(asked, chunk_threshold=NO_CHUNKING_S, first_chunk_seconds=None)
         self.chained = msg.voice is None and msg.reference is None
         self.meta = OrderedFrames(outlet.send, lambda: self.ended)  # words, segment frames: in order
         self.kept: KeptVoice | None = service.keeper() if msg.keep_voice else None
@@ -81,17 +81,14 @@ class StreamSession:
         self.voice_ready = False
         self.pending: deque[PendingSegment] = deque()  # complete segments not yet submitted
         self.segments: list[Segment] = []
-        self.head = 0  # the segment whose audio is being sent
         self.running = 0  # segments submitted and not finished
         self.planned_s = 0.0  # audio the submitted segments plan, together (the engine's estimate)
-        self.offset = 0  # samples sent so far
-        self.frames = 0
-        self.out_rate = service.sample_rate  # of the audio sent (the encoder's output rate)
+        self.playback = StreamPlayback(msg.id, msg.encoding, msg.sample_rate, service.sample_rate,
+                                       self.meta.send, outlet.send_bytes, service.metrics.stream_late,
+                                       self._segment_words)
         self.closed = False
         self.ended = False
         self.opened_at = time.perf_counter()
-        self.first_audio_ms: float | None = None
-        self.first_audio_at: float | None = None  # perf_counter() of the stream's first audio frame
         self.queue_ms = 0.0
         self._loop = asyncio.get_running_loop()
         self._idle = self._loop.call_later(limits.idle_seconds, self._on_idle)
@@ -184,14 +181,18 @@ class StreamSession:
         options = self.options
         if options.seed is not None:
             options = replace(options, seed=(options.seed + index) % _U64)
+        if index == 0 and self.first_chunk_seconds is not None:
+            options = replace(options, first_chunk_seconds=self.first_chunk_seconds)
         request = SynthesisRequest(request_id=seg.request_id, text=spoken, language=self.msg.language,
                                    instruct=self.msg.instruct, voice=self.voice, options=options,
                                    due_at=self._due_at(), progress=self.msg.progress)
         on_tokens = self._first_tokens if index == 0 and (self.chained or self.kept) else None
         try:
-            accepted = self.service.submit(request, lambda event: self._on_event(seg, event), ENDPOINT, on_tokens)
+            accepted = self.service.submit(request, lambda event: self._on_event(seg, event), ENDPOINT, on_tokens,
+                                           segment=index)
         except ServiceError as exc:
-            self._end(p.ErrorMsg(self.id, exc.code, f"segment {index}: {exc.message}"))
+            self._end(p.ErrorMsg(self.id, exc.code, f"segment {index}: {exc.message}",
+                                 retry_after_ms=exc.retry_after_ms))
             return
         seg.planned_s = sum(accepted.target_seconds)
         if self._over_audio_cap(seg, seg.planned_s):
@@ -203,10 +204,7 @@ class StreamSession:
     def _due_at(self) -> float | None:
         """When playback will reach the next segment (the engine's deadline hint): the stream's
         first audio plus the audio before it (heard or planned); None (now) before any audio."""
-        if self.first_audio_at is None:
-            return None
-        before = sum(s.samples / self.out_rate if s.finished else s.planned_s for s in self.segments)
-        return self.first_audio_at + before
+        return self.playback.clock.due(self.playback.heard_before_next(self.segments))
 
     def _first_tokens(self, event: ChunkTokens) -> None:
         """Segment 0's tokens: the voice of the rest (automatic and design modes) and, with
@@ -214,7 +212,9 @@ class StreamSession:
         if self.kept is not None and event.chunk == 0:
             self.kept.keep(event.tokens, event.text)
         if self.chained and event.chunk == 0 and self.voice is None:
-            self.voice = VoicePrompt(tokens=event.tokens, text=event.text, rms=None)  # the text it speaks
+            paced = event.tokens.shape[-1] >= MIN_PACE_SECONDS * self.service.engines[0].frame_rate
+            self.voice = VoicePrompt(tokens=event.tokens, text=event.text, rms=None,  # the text it speaks
+                                     sets_pace=paced)
             self._pump()
 
     def _over_buffer(self, arriving: int) -> bool:
@@ -250,16 +250,18 @@ class StreamSession:
             self.outlet.send(StreamProgressMsg(self.id, event.chunk, event.step, event.num_steps,
                                                event.fraction, segment=seg.index))
         elif isinstance(event, ChunkAudio):
-            if seg.index == self.head:
-                self._send_audio(seg, event)
-            else:
-                seg.held.append(event)
+            first = self.playback.first_audio_at is None
+            self.playback.audio(self.segments, seg, event)
+            if first and self.playback.first_audio_at is not None:
+                self.service.metrics.first_audio_of("stream_first", self._first_audio_ms() / 1000.0)
         elif event.outcome == "done":
             self.running -= 1
             seg.finished = True
             if seg.index == 0:
                 self.queue_ms = event.queue_ms
-            self._advance()
+            elif event.first_audio_ms is not None:  # a later segment: from its submission
+                self.service.metrics.first_audio_of("stream_later", event.first_audio_ms / 1000.0)
+            self.playback.advance(self.segments)
             self._pump()
         elif event.outcome == "cancelled":  # not asked for by this stream: the server is stopping
             self._end(p.Cancelled(self.id, reason=STOPPING))
@@ -267,45 +269,25 @@ class StreamSession:
             self._end(p.ErrorMsg(self.id, "internal", f"segment {seg.index}: "
                                  f"{event.message or 'the engine failed on this segment'}"))
 
-    def _send_audio(self, seg: Segment, event: ChunkAudio) -> None:
-        if self.first_audio_at is None:
-            self.first_audio_at = time.perf_counter()
-            self.first_audio_ms = round((self.first_audio_at - self.segments[0].submitted_at) * 1000.0, 3)
-        if seg.encoder is None:
-            rate = self.msg.sample_rate or default_rate(self.msg.encoding, event.sample_rate)
-            seg.encoder = ws_encoder(self.msg.encoding, event.sample_rate, rate)
-        out = seg.encoder.push(event.audio, last=event.final)
-        self.out_rate = seg.encoder.out_rate
-        samples = out.samples
-        header = StreamAudioHeader(self.id, event.chunk, event.final, seg.encoder.out_rate, self.msg.encoding,
-                                   samples, packets=out.packets, segment=seg.index, offset_samples=self.offset)
-        self.outlet.send_bytes(p.audio_frame(header, out.data), samples / seg.encoder.out_rate)
-        self.offset += samples
-        seg.samples += samples
-        self.frames += 1
-        if event.final and self.msg.timestamps:  # its words, after its audio, before its `segment` frame
-            span = (self.offset - seg.samples, self.offset, self.out_rate)
+    def _segment_words(self, seg: Segment, event: ChunkAudio, start: int, end: int, rate: int) -> None:
+        """A segment's last audio frame is out: its words, before its `segment` frame."""
+        if self.msg.timestamps:
             self.meta.send(segment_words(self.service.aligner, self.id, self.msg.timestamps, seg.spoken,
-                                         event.audio, event.sample_rate, *span, seg.index))
+                                         event.audio, event.sample_rate, start, end, rate, seg.index))
 
-    def _advance(self) -> None:
-        """Close finished head segments (their `segment` frame), release the next one's audio."""
-        while self.head < len(self.segments) and self.segments[self.head].finished:
-            seg = self.segments[self.head]
-            self.meta.send(SegmentMsg(self.id, seg.index, seg.text, self.offset - seg.samples, seg.samples))
-            self.head += 1
-            if self.head < len(self.segments):
-                nxt = self.segments[self.head]
-                for event in nxt.held:
-                    self._send_audio(nxt, event)
-                nxt.held.clear()
+    def _first_audio_ms(self) -> float | None:
+        """From the first segment's completion to the stream's first audio frame."""
+        if self.playback.first_audio_at is None:
+            return None
+        return round((self.playback.first_audio_at - self.segments[0].submitted_at) * 1000.0, 3)
 
     def _maybe_done(self) -> None:
         if (self.closed and not self.ended and not self.finishing and self.voice_ready and not self.pending
-                and self.head == len(self.segments) and self.segmenter.buffered == 0):
+                and self.playback.head == len(self.segments) and self.segmenter.buffered == 0):
             total_ms = round((time.perf_counter() - self.opened_at) * 1000.0, 3)
-            done = p.Done(self.id, self.frames, round(self.offset / self.out_rate, 4),
-                          p.Timings(self.queue_ms, self.first_audio_ms, total_ms))
+            out = self.playback
+            done = p.Done(self.id, out.frames, round(out.offset / out.out_rate, 4),
+                          p.Timings(self.queue_ms, self._first_audio_ms(), total_ms))
             if self.kept is None and not self.meta.waiting:
                 self._end(done)
             else:  # after the frames still waiting (aligned words), with the kept voice's id

@@ -101,8 +101,9 @@ def _plan(model, request: SynthesisRequest, frame_rate: int) -> RequestPlan:
     voice = request.voice
     if voice is not None:
         validate_voice(voice, model.config.num_audio_codebook, model.config.audio_mask_id)
-    ref_text = voice.text if voice else None
-    ref_len = voice.num_frames if voice else None
+    paced = voice is not None and voice.sets_pace  # else: its text sized on its own, as with no reference
+    ref_text = voice.text if paced else None
+    ref_len = voice.num_frames if paced else None
     # duration overrides speed: estimate at speed 1, then fix the length (see _preprocess_all)
     has_duration = opts.duration is not None
     est_speed = 1.0 if has_duration else (opts.speed or 1.0)

@@ -66,7 +66,8 @@ class EngineLoop:
                                            settings.graph_max_tokens)
         self.frame_rate: int = model.audio_tokenizer.config.frame_rate
         self.scheduler = Scheduler(settings.max_batch_size, settings.max_packed_tokens, settings.scheduling,
-                                   self.frame_rate, urgent_step_tokens=settings.urgent_step_tokens)
+                                   self.frame_rate, urgent_step_tokens=settings.urgent_step_tokens,
+                                   admission=settings.realtime_admission)
         self.codec = Codec(model)
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self.voice_encoder = VoiceEncoder(self.codec, self.device)
@@ -81,8 +82,7 @@ class EngineLoop:
         self._inflight: deque[LaunchedStep] = deque()  # launched, not yet settled
         self._later = LaterChunks()  # chained requests' later chunks, built once chunk 0's audio is out
         self._last_launch = 0.0  # perf_counter of the last step's launch
-        self._accepting = True
-        self.ready = False
+        self._accepting, self.ready = True, False  # taking work; stepping (set by start)
 
     @property
     def backbone(self):
@@ -139,11 +139,11 @@ class EngineLoop:
             self._refuse_if_closed_or_live(request.request_id)
             seq = self.book.next_seq()
         state = RequestState(request=request, plan=plan, sink=sink, seq=seq, seed=seed)
-        for index in range(state.num_chunks):
-            # a later chunk that fits even by an upper bound is tokenised when it is built,
-            # off this path: a long text's first sound waits for chunk 0 alone
-            if index == 0 or not self.scheduler.fits_alone(packed_len_bound(state, index)):
+        first_len = self.scheduler.refuse_if_too_big(0, packed_len_of(self.model, state, 0))
+        for index in range(1, state.num_chunks):  # one that fits by an upper bound is tokenised when built,
+            if not self.scheduler.fits_alone(packed_len_bound(state, index)):  # off the first sound's path
                 self.scheduler.refuse_if_too_big(index, packed_len_of(self.model, state, index))
+        self.scheduler.admit_realtime(request, first_len, time.perf_counter())  # or busy
         with self.book.lock:
             self._refuse_if_closed_or_live(request.request_id)
             if admit is not None:
@@ -169,11 +169,10 @@ class EngineLoop:
         return future
 
     def stats(self) -> EngineStats:
-        last = self.step_log[-1] if self.step_log else None
-        return EngineStats(name=self.name, waiting_items=len(self.scheduler.waiting),
-                           running_items=len(self.scheduler.running), requests_inflight=len(self.book.live_ids),
-                           steps_total=self._steps, packed_tokens_last_step=last.packed_tokens if last else 0,
-                           step_seconds_last=last.seconds if last else 0.0)
+        last, s = self.step_log[-1] if self.step_log else None, self.scheduler
+        return EngineStats(self.name, len(s.waiting), len(s.running), len(self.book.live_ids), self._steps,
+                           last.packed_tokens if last else 0, last.seconds if last else 0.0,
+                           s.hold_budget.held_seconds_total, s.hold_budget.holds_refused_total, s.headroom.free())
 
     # ---- engine thread ----------------------------------------------------------------
 
@@ -299,7 +298,7 @@ class EngineLoop:
                 if number == utt.num_step:
                     self._complete_chunk(utt)
         seconds = launched.timer.seconds()
-        self.scheduler.observe_step(seconds)
+        self.scheduler.observe_step(seconds, launched.packed_tokens)
         self.step_log.append(StepRecord(launched.index, launched.items, launched.packed_tokens, seconds,
                                         launched.admitted, launched.interval))
 

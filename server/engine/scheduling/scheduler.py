@@ -15,6 +15,8 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from server.engine.scheduling import deadlines
+from server.engine.scheduling.headroom import Headroom, need
+from server.engine.scheduling.hold_budget import HOLD_SHARE, HoldBudget
 from server.engine.scheduling.output import LaunchedStep, ScheduledBatch
 from server.engine.types import RequestRejected
 from server.engine.work import Utterance
@@ -36,7 +38,8 @@ DECODE_HOLD_MAX_S = 0.05  # a hold lasts at most this long, even if the decode's
 
 class Scheduler:
     def __init__(self, max_batch_size: int, max_packed_tokens: int, policy: str = "fifo", frame_rate: int = 25,
-                 horizon_s: float = deadlines.HORIZON_S, urgent_step_tokens: int | None = None):
+                 horizon_s: float = deadlines.HORIZON_S, urgent_step_tokens: int | None = None,
+                 hold_share: float = HOLD_SHARE, admission: bool = False):
         if policy not in POLICIES:
             raise ValueError(f"scheduling must be one of {', '.join(POLICIES)}, not {policy!r}")
         self.max_batch_size = max_batch_size
@@ -50,24 +53,37 @@ class Scheduler:
         self.waiting: list[_Waiting] = []  # sorted by (request arrival, chunk index)
         self.running: list[Utterance] = []
         self.awaited: dict[tuple[str, int], float] = {}  # due chunks being decoded: since when
+        self.hold_budget = HoldBudget(DECODE_HOLD_MAX_S, hold_share)  # the share of time holds may idle
+        self.headroom = Headroom(admission)  # what realtime promises leave free; refuses when clearly over
 
     def fits_alone(self, packed_len: int) -> bool:
         return packed_len <= self.max_packed_tokens
 
-    def refuse_if_too_big(self, chunk: int, packed_len: int) -> None:
-        """A chunk over the whole budget could never run: refused at submission (`text`)."""
+    def refuse_if_too_big(self, chunk: int, packed_len: int) -> int:
+        """A chunk over the whole budget could never run: refused at submission (`text`);
+        else its packed length back."""
         if not self.fits_alone(packed_len):
             raise RequestRejected(
                 f"text: chunk {chunk} needs {packed_len} packed tokens, over this server's budget of "
                 f"{self.max_packed_tokens} (shorten the text or lower duration)", field="text")
+        return packed_len
 
     def add(self, utt: Utterance) -> None:
         bisect.insort(self.waiting, _Waiting((utt.state.seq, utt.chunk_index), utt))
 
-    def observe_step(self, seconds: float) -> None:
-        """A step's measured time: the seconds-per-step that slack is reckoned in."""
+    def observe_step(self, seconds: float, tokens: int = 0) -> None:
+        """A step's measured time (and packed tokens): the seconds-per-step that slack is
+        reckoned in, and the engine's speed that the headroom is reckoned against."""
         if seconds > 0:
             self.step_seconds += 0.2 * (seconds - self.step_seconds)
+        self.headroom.observe_step(tokens, seconds)
+
+    def admit_realtime(self, request, first_packed_len: int, now: float) -> None:
+        """A new line or stream turn (a streamed request with no `due_at`: not a stream's later
+        segment, not a whole file): refused (`busy`) when the engine could not serve its first
+        chunk without breaking the deadlines it holds (`Headroom.admit`)."""
+        if self.policy == "deadline" and request.stream != "whole" and request.due_at is None:
+            self.headroom.admit(need(first_packed_len, request.options.num_step, 0.0))
 
     @property
     def running_tokens(self) -> int:
@@ -79,22 +95,34 @@ class Scheduler:
 
     def await_decode(self, utt: Utterance, now: float) -> bool:
         """`utt` has taken its last step: when its audio is due already (deadline policy,
-        streamed), hold chunks with slack to spare until it is `decoded`. True if held."""
+        streamed) and the hold budget has credit, hold chunks with slack to spare until it is
+        `decoded`. True if held."""
         if self.policy != "deadline" or deadlines.is_whole(utt):
             return False
         if deadlines.due_at(utt, self.step_seconds, self.frame_rate) > now:
             return False
+        if not self.hold_budget.start(now):
+            return False
         self.awaited[(utt.state.request_id, utt.chunk_index)] = now
         return True
 
-    def decoded(self, request_id: str, chunk_index: int) -> None:
+    def decoded(self, request_id: str, chunk_index: int, now: float | None = None) -> None:
         """The chunk's audio is out (or it failed): its hold ends."""
         self.awaited.pop((request_id, chunk_index), None)
+        self._end_hold_if_idle(time.perf_counter() if now is None else now)
+
+    def _end_hold_if_idle(self, now: float) -> None:
+        if not self.awaited:
+            self.hold_budget.end(now)
 
     def _holding(self, now: float) -> bool:
+        """Whether chunks with slack wait this step: each awaited chunk for at most
+        `DECODE_HOLD_MAX_S`, all of them only while the hold budget lasts."""
+        out_of_credit = self.hold_budget.holding and self.hold_budget.left(now) <= 0
         for key, since in list(self.awaited.items()):
-            if now - since > DECODE_HOLD_MAX_S:
+            if out_of_credit or now - since > DECODE_HOLD_MAX_S:
                 del self.awaited[key]
+        self._end_hold_if_idle(now)
         return bool(self.awaited)
 
     def schedule(self, now: float | None = None) -> ScheduledBatch:
@@ -124,6 +152,9 @@ class Scheduler:
         slack = {id(u): deadlines.slack(u, now, self.step_seconds, self.frame_rate) for u in everyone}
         tier = {id(u): deadlines.tier(u, slack[id(u)], self.horizon_s) for u in everyone}
         by_need = lambda u: (tier[id(u)], slack[id(u)])
+        self.headroom.demand = sum(  # due - now = slack + the steps left
+            need(u.packed_len, u.num_step - u.step, slack[id(u)] + (u.num_step - u.step) * self.step_seconds)
+            for u in everyone if tier[id(u)] != deadlines.BATCH)
         holding = self._holding(now)  # a due chunk decodes: only what cannot wait runs
         runs = lambda u: tier[id(u)] == deadlines.URGENT and not (holding and slack[id(u)] > DECODE_HOLD_SLACK_S)
         urgent = [u for u in self.running if runs(u)]  # not paused
@@ -198,12 +229,19 @@ class Scheduler:
     def retire(self, utts: list[Utterance]) -> None:
         gone = {id(u) for u in utts}
         self.running = [u for u in self.running if id(u) not in gone]
+        self._forget_demand_if_idle()
 
-    def drop_request(self, request_id: str) -> None:
+    def _forget_demand_if_idle(self) -> None:
+        if not self.running and not self.waiting:
+            self.headroom.demand = 0.0  # nothing held: nothing promised (no schedule runs to say so)
+
+    def drop_request(self, request_id: str, now: float | None = None) -> None:
         """Remove every utterance of a request (cancel / failure)."""
         self.running = [u for u in self.running if u.state.request_id != request_id]
         self.waiting = [w for w in self.waiting if w.utt.state.request_id != request_id]
         self.awaited = {key: t for key, t in self.awaited.items() if key[0] != request_id}
+        self._forget_demand_if_idle()
+        self._end_hold_if_idle(time.perf_counter() if now is None else now)
 
     def __len__(self) -> int:
         return len(self.running) + len(self.waiting)

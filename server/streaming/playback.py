@@ -1,0 +1,116 @@
+"""A stream's audio out: frames in segment order, each placed in the stream, and the listener's
+playback clock.
+
+Segments' audio goes out back to back in segment order (a later segment's audio waits for the
+head's); each frame says its segment and `offset_samples`. The clock starts with the stream's
+first audio frame, as a player does: a frame sent after its offset is due on that clock is an
+underrun (the player runs dry), counted with its lateness, and the clock then waits for it (a
+player resumes where it stalled), so one late segment counts once, not again for every frame
+after it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from msgspec import Struct
+
+from server import protocol as p
+from server.encoders import default_rate, ws_encoder
+from server.engine.types import ChunkAudio
+from server.streaming.frames import SegmentMsg, StreamAudioHeader
+from server.streaming.pieces import Segment
+
+
+@dataclass
+class PlaybackClock:
+    """When each sample of the stream is due at the listener: its first frame starts the clock."""
+
+    started_at: float | None = None  # perf_counter() of playback's start, moved on by each stall
+    underruns: int = 0
+    late_seconds: float = 0.0
+
+    def due(self, offset_s: float) -> float | None:
+        return None if self.started_at is None else self.started_at + offset_s
+
+    def sent(self, offset_s: float, now: float) -> float:
+        """A frame whose first sample sits `offset_s` into the stream went out at `now`:
+        how late it is (0.0 when on time); a late one stalls the clock by that much."""
+        if self.started_at is None:
+            self.started_at = now - offset_s
+            return 0.0
+        late = now - (self.started_at + offset_s)
+        if late <= 0:
+            return 0.0
+        self.underruns += 1
+        self.late_seconds += late
+        self.started_at += late
+        return late
+
+
+class StreamPlayback:
+    def __init__(self, stream_id: str, encoding: str, sample_rate: int | None, out_rate: int,
+                 send: Callable[[Struct], None], send_bytes: Callable[[bytes, float], None],
+                 on_late: Callable[[float], None],
+                 on_segment_end: Callable[[Segment, ChunkAudio, int, int, int], None] | None = None):
+        self.id = stream_id
+        self.encoding = encoding
+        self.sample_rate = sample_rate  # asked by the client (None: the encoding's default)
+        self.out_rate = out_rate  # of the audio sent (the encoder's output rate)
+        self._send = send
+        self._send_bytes = send_bytes
+        self._on_late = on_late
+        self._on_segment_end = on_segment_end  # (segment, its last chunk, start, end, rate): its words
+        self.clock = PlaybackClock()
+        self.head = 0  # the segment whose audio is being sent
+        self.offset = 0  # samples sent so far
+        self.frames = 0
+        self.first_audio_at: float | None = None  # perf_counter() of the stream's first audio frame
+
+    def audio(self, segments: list[Segment], seg: Segment, event: ChunkAudio) -> None:
+        """A chunk of `seg`'s audio: sent now if `seg` is the head, else held."""
+        if seg.index == self.head:
+            self._send_audio(seg, event)
+        else:
+            seg.held.append(event)
+
+    def heard_before_next(self, segments: list[Segment]) -> float:
+        """Seconds of audio before the next segment: heard, or planned for those still running."""
+        return sum(s.samples / self.out_rate if s.finished else s.planned_s for s in segments)
+
+    def _send_audio(self, seg: Segment, event: ChunkAudio) -> None:
+        now = time.perf_counter()
+        if self.first_audio_at is None:
+            self.first_audio_at = now
+        if seg.encoder is None:
+            rate = self.sample_rate or default_rate(self.encoding, event.sample_rate)
+            seg.encoder = ws_encoder(self.encoding, event.sample_rate, rate)
+        out = seg.encoder.push(event.audio, last=event.final)
+        self.out_rate = seg.encoder.out_rate
+        samples = out.samples
+        header = StreamAudioHeader(self.id, event.chunk, event.final, seg.encoder.out_rate, self.encoding,
+                                   samples, packets=out.packets, segment=seg.index, offset_samples=self.offset)
+        self._send_bytes(p.audio_frame(header, out.data), samples / seg.encoder.out_rate)
+        if samples:
+            late = self.clock.sent(self.offset / self.out_rate, now)
+            if late > 0:
+                self._on_late(late)
+        self.offset += samples
+        seg.samples += samples
+        self.frames += 1
+        if event.final and self._on_segment_end is not None:
+            self._on_segment_end(seg, event, self.offset - seg.samples, self.offset, self.out_rate)
+
+    def advance(self, segments: list[Segment]) -> None:
+        """Close finished head segments (their `segment` frame), release the next one's audio."""
+        while self.head < len(segments) and segments[self.head].finished:
+            seg = segments[self.head]
+            self._send(SegmentMsg(self.id, seg.index, seg.text, self.offset - seg.samples, seg.samples))
+            self.head += 1
+            if self.head < len(segments):
+                nxt = segments[self.head]
+                for event in nxt.held:
+                    self._send_audio(nxt, event)
+                nxt.held.clear()
