@@ -14,64 +14,9 @@ import sys
 import warnings
 from pathlib import Path
 
+from server.cli_net import add_connection_flags, apply_connection_flags
+from server.cli_values import non_negative_float, non_negative_int, port, positive_float, positive_int, size
 from server.config import ServerConfig, StreamLimits, parse_hosts, parse_origins
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError("must be 0..65535")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError("must be a positive integer")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be an integer >= 0")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError("must be a number > 0")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    value = float(text)
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError("must be a number >= 0")
-    return value
-
-
-_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 1024**2, "mb": 1024**2, "mib": 1024**2,
-          "g": 1024**3, "gb": 1024**3, "gib": 1024**3}
-
-
-def _size(text: str) -> int:
-    """A byte count: `1048576`, `512K`, `16M`, `16MiB`, `1G` (binary units)."""
-    digits = text.strip().lower()
-    number = digits.rstrip("abgikm")
-    unit = digits[len(number):]
-    try:
-        value = int(float(number) * _UNITS[unit])
-    except (KeyError, ValueError):
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 1048576, 512K, 16M, 1G)") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError("must be a positive size")
-    return value
-
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
@@ -113,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "else a tiny random demo checkpoint made once)")
     serve.add_argument("--host", default=os.environ.get("CHORUS_HOST", "127.0.0.1"),
                        help="address to listen on; 0.0.0.0 for every interface ($CHORUS_HOST)")
-    serve.add_argument("--port", type=_port, default=os.environ.get("CHORUS_PORT", "8000"),
+    serve.add_argument("--port", type=port, default=os.environ.get("CHORUS_PORT", "8000"),
                        help="port to listen on; 0 picks a free one ($CHORUS_PORT)")
     serve.add_argument("--device", default=os.environ.get("CHORUS_DEVICE", "cpu"),
                        help="cpu, cuda (every visible GPU), cuda:N or cuda:0,1 ($CHORUS_DEVICE)")
@@ -127,79 +72,55 @@ def build_parser() -> argparse.ArgumentParser:
                             "else the embedded SQLite library in --voices-dir)")
     serve.add_argument("--asr-model", default=None,
                        help="Whisper model used to transcribe uploaded voices sent without a transcript")
-    serve.add_argument("--max-batch-size", type=_positive_int, default=16,
+    serve.add_argument("--max-batch-size", type=positive_int, default=16,
                        help="requests one engine steps together at most")
-    serve.add_argument("--max-packed-tokens", type=_positive_int, default=24576,
+    serve.add_argument("--max-packed-tokens", type=positive_int, default=24576,
                        help="tokens one packed forward holds at most (every row's canvas, both guidance halves)")
-    serve.add_argument("--max-queue", type=_positive_int, default=256,
+    serve.add_argument("--max-queue", type=positive_int, default=256,
                        help="requests accepted and not finished, all clients together; more get busy")
-    serve.add_argument("--max-audio-seconds", type=_positive_float, default=1800.0,
+    serve.add_argument("--max-audio-seconds", type=positive_float, default=1800.0,
                        help="audio one request (or one text stream, all its segments together) may produce, "
                             "from its plan; more is refused up front (default 1800)")
-    serve.add_argument("--max-audio-seconds-inflight", type=_positive_float, default=14400.0,
+    serve.add_argument("--max-audio-seconds-inflight", type=positive_float, default=14400.0,
                        help="audio all accepted requests together may produce (it is held in memory until "
                             "sent); a request over it gets busy (default 14400)")
-    serve.add_argument("--max-text-chars", type=_positive_int, default=5000, help="longest text one request may have")
-    serve.add_argument("--max-instructions-chars", type=_positive_int, default=4096,
+    serve.add_argument("--max-text-chars", type=positive_int, default=5000, help="longest text one request may have")
+    serve.add_argument("--max-instructions-chars", type=positive_int, default=4096,
                        help="longest `instructions` of /v1/audio/speech (free text mapped to voice-design items); "
                             "longer is refused before it is read (default 4096)")
-    serve.add_argument("--max-inflight", type=_positive_int, default=16,
+    serve.add_argument("--max-inflight", type=positive_int, default=16,
                        help="requests one WebSocket connection may have in flight")
-    serve.add_argument("--max-frame-bytes", type=_size, default="16M",
+    serve.add_argument("--max-frame-bytes", type=size, default="16M",
                        help="largest WebSocket frame; a larger one closes the socket with 1009 (default 16M)")
-    serve.add_argument("--max-reference-bytes", type=_size, default="16M",
+    serve.add_argument("--max-reference-bytes", type=size, default="16M",
                        help="largest reference audio file, uploaded or base64 (default 16M)")
-    serve.add_argument("--max-references-bytes", type=_size, default="64M",
+    serve.add_argument("--max-references-bytes", type=size, default="64M",
                        help="one-shot reference audio (base64, as sent) held at once while it is decoded and "
                             "encoded, all requests together; beyond, busy before it is decoded (default 64M)")
-    serve.add_argument("--max-voice-encodes", type=_positive_int, default=None,
+    serve.add_argument("--max-voice-encodes", type=positive_int, default=None,
                        help="reference clips (uploads and one-shot references) encoded at once, all clients "
                             "together; the rest wait in order. Encodes share the CPU with the step loop "
                             "(default: 2 per engine)")
-    serve.add_argument("--max-reference-seconds", type=_positive_float, default=60.0,
+    serve.add_argument("--max-reference-seconds", type=positive_float, default=60.0,
                        help="longest reference audio clip (default 60)")
-    serve.add_argument("--max-voices", type=_positive_int, default=1000,
+    serve.add_argument("--max-voices", type=positive_int, default=1000,
                        help="voices the library may hold (default 1000)")
-    serve.add_argument("--max-voices-bytes", type=_size, default="256M",
+    serve.add_argument("--max-voices-bytes", type=size, default="256M",
                        help="stored voice data the library may hold, all voices together (default 256M)")
-    serve.add_argument("--idle-timeout", type=_non_negative_float, default=300.0,
+    serve.add_argument("--idle-timeout", type=non_negative_float, default=300.0,
                        help="close a WebSocket idle this many seconds with nothing in flight (0: never; default 300)")
-    serve.add_argument("--drain-seconds", type=_non_negative_float, default=30.0,
+    serve.add_argument("--drain-seconds", type=non_negative_float, default=30.0,
                        help="on SIGTERM/SIGINT, time in-flight requests get to finish before the rest are "
                             "cancelled (default 30)")
-    serve.add_argument("--stream-idle-seconds", type=_positive_float, default=30.0,
+    serve.add_argument("--stream-idle-seconds", type=positive_float, default=30.0,
                        help="end a text stream with stream_idle after this long without text (default 30)")
-    serve.add_argument("--stream-max-buffered-chars", type=_positive_int, default=5000,
+    serve.add_argument("--stream-max-buffered-chars", type=positive_int, default=5000,
                        help="text a stream may hold not yet synthesising; over it: stream_too_long (default 5000)")
-    serve.add_argument("--stream-max-segments", type=_positive_int, default=4,
+    serve.add_argument("--stream-max-segments", type=positive_int, default=4,
                        help="segments of one stream synthesising at once (default 4)")
-    serve.add_argument("--stream-max-seconds", type=_positive_float, default=900.0,
+    serve.add_argument("--stream-max-seconds", type=positive_float, default=900.0,
                        help="longest a stream may last, open to done; over it: stream_too_long (default 900)")
-    serve.add_argument("--max-connections", type=_positive_int, default=None,
-                       help="open HTTP and WebSocket connections; more are answered 503 and closed (default 4096, "
-                            "and always at most the file descriptor limit less an eighth, at least 64)")
-    serve.add_argument("--max-connections-per-client", type=_positive_int, default=None,
-                       help="open connections one client address may hold; more get 503 busy (default: a quarter "
-                            "of --max-connections; behind a proxy every client has its address: raise it). "
-                            "Health requests are still answered past either cap")
-    serve.add_argument("--header-timeout", type=_positive_float, default=10.0,
-                       help="seconds a request's headers may take to arrive, from its first byte or the connect; "
-                            "then 408 and close (default 10)")
-    serve.add_argument("--body-timeout", type=_positive_float, default=60.0,
-                       help="seconds a request body may take to arrive after its headers; then 408 and close "
-                            "(default 60)")
-    serve.add_argument("--send-timeout", type=_positive_float, default=30.0,
-                       help="seconds a client may take none of what the server sends (audio, or a close) before "
-                            "its connection is dropped and its requests cancelled (default 30)")
-    serve.add_argument("--max-bodies-bytes", type=_size, default="128M",
-                       help="HTTP request bodies held at once, all requests together, counted as their bytes "
-                            "arrive; beyond, 503 busy (default 128M)")
-    serve.add_argument("--max-bodies-bytes-per-client", type=_size, default=None,
-                       help="HTTP request bodies one client address may hold at once; beyond, 503 busy (default: "
-                            "a quarter of --max-bodies-bytes, at least one largest body)")
-    serve.add_argument("--max-outbox-bytes", type=_size, default="32M",
-                       help="frames queued for one WebSocket and not yet sent; beyond, new requests on it get busy "
-                            "and past --send-timeout it is closed (1008) (default 32M)")
+    add_connection_flags(serve)
     serve.add_argument("--allowed-origins", default=None,
                        help="comma-separated browser Origins allowed besides the server's own, or * for any "
                             "(default: $CHORUS_ALLOWED_ORIGINS, else same origin only)")
@@ -223,11 +144,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="deadline: each step packs the chunks due soonest first (a new request's first "
                             "chunk before chunks far ahead of playback; whole-file requests fill what is left; "
                             "nothing starves); fifo: first come first served")
-    serve.add_argument("--urgent-step-tokens", type=_positive_int, default=2048,
+    serve.add_argument("--urgent-step-tokens", type=positive_int, default=2048,
                        help="deadline scheduling: while a chunk due soon runs, a step holds at most this many "
                             "packed tokens (more only when the urgent chunks alone need more), so their steps "
                             "stay short; chunks far ahead of playback wait")
-    serve.add_argument("--graph-max-tokens", type=_non_negative_int, default=8192,
+    serve.add_argument("--graph-max-tokens", type=non_negative_int, default=8192,
                        help="CUDA: steps up to this many packed tokens replay CUDA graphs captured at start "
                             "(fewer interpreter launches per step; at 8192 they hold about 1.5 GiB more GPU memory "
                             "than at 4096); 0: no graphs")
@@ -278,12 +199,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     cfg.drain_seconds = args.drain_seconds
     cfg.stream = StreamLimits(args.stream_idle_seconds, args.stream_max_buffered_chars, args.stream_max_segments,
                               args.stream_max_seconds, args.max_audio_seconds)
-    cfg.max_connections = args.max_connections
-    cfg.max_connections_per_client = args.max_connections_per_client
-    cfg.header_timeout, cfg.body_timeout, cfg.send_timeout = args.header_timeout, args.body_timeout, args.send_timeout
-    cfg.max_bodies_bytes = args.max_bodies_bytes
-    cfg.max_bodies_bytes_per_client = args.max_bodies_bytes_per_client
-    cfg.max_outbox_bytes = args.max_outbox_bytes
+    apply_connection_flags(cfg, args)
     if args.allowed_origins is not None:
         cfg.allowed_origins = parse_origins(args.allowed_origins)
     if args.allowed_hosts is not None:
