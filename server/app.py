@@ -42,6 +42,7 @@ from server.service import Engine, SynthesisService
 from server.voices import open_voice_library
 
 log = logging.getLogger("chorus.app")
+ENCODES_PER_ENGINE = 2  # --max-voice-encodes' default: each engine's voice encoder runs two workers
 
 
 async def load_engines(cfg: ServerConfig) -> Engine:
@@ -53,6 +54,11 @@ async def load_engines(cfg: ServerConfig) -> Engine:
     pool.start()
     log.info("engines ready", extra={"engines": len(pool.engines), "device": cfg.engine.device, "model": cfg.model})
     return hold_from_env(pool)  # the pool itself unless a test sets CHORUS_TEST_HOLD_TEXT
+
+
+def _engine_count(engine: Engine) -> int:
+    """Engines behind `engine`: a pool lists them; a lone engine (tests pass one) is one."""
+    return len(getattr(engine, "engines", (engine,)))
 
 
 def create_app(cfg: ServerConfig, engine: Engine | None = None, owns_engine: bool = False) -> Litestar:
@@ -68,7 +74,8 @@ def create_app(cfg: ServerConfig, engine: Engine | None = None, owns_engine: boo
         app.state.service = SynthesisService(
             running, store, Metrics(), max_queue=cfg.max_queue, asr_available=bool(cfg.asr_model),
             audio_limits=AudioLimits(max_bytes=cfg.max_reference_bytes, max_seconds=cfg.max_reference_seconds),
-            max_references_bytes=cfg.max_references_bytes, max_voice_encodes=cfg.max_voice_encodes,
+            max_references_bytes=cfg.max_references_bytes,
+            max_voice_encodes=cfg.max_voice_encodes or ENCODES_PER_ENGINE * _engine_count(running),
         )
         app.state.service.builtins.model_key = await asyncio.to_thread(model_key, cfg.model, running.model_name)
         app.state.ready = True
