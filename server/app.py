@@ -47,6 +47,7 @@ from server.timestamps.clock import Aligner
 from server.voices import open_voice_library
 
 log = logging.getLogger("chorus.app")
+ENCODES_PER_ENGINE = 2  # --max-voice-encodes' default: each engine's voice encoder runs two workers
 
 
 def _package_version() -> str:
@@ -76,6 +77,11 @@ async def load_engines(cfg: ServerConfig) -> Engine:
     return pool
 
 
+def _engine_count(engine: Engine) -> int:
+    """Engines behind `engine`: a pool lists them; a lone engine (tests pass one) is one."""
+    return len(getattr(engine, "engines", (engine,)))
+
+
 def create_app(cfg: ServerConfig, engine: Engine | None = None, owns_engine: bool = False) -> Litestar:
     """The app; `engine` (already started) replaces loading the model named by `cfg`, and is
     stopped with the app when `owns_engine` (`chorus serve` loads it first, to report a model
@@ -90,7 +96,8 @@ def create_app(cfg: ServerConfig, engine: Engine | None = None, owns_engine: boo
         app.state.service = SynthesisService(
             running, store, Metrics(), max_queue=cfg.max_queue, asr_available=bool(cfg.asr_model),
             audio_limits=AudioLimits(max_bytes=cfg.max_reference_bytes, max_seconds=cfg.max_reference_seconds),
-            max_references_bytes=cfg.max_references_bytes, max_voice_encodes=cfg.max_voice_encodes,
+            max_references_bytes=cfg.max_references_bytes,
+            max_voice_encodes=cfg.max_voice_encodes or ENCODES_PER_ENGINE * _engine_count(running),
             keep=KeepPolicy(cfg.kept_voice_ttl, cfg.max_kept_voices), aligner=aligner,
         )
         app.state.service.builtins.model_key = await asyncio.to_thread(model_key, cfg.model, running.model_name)

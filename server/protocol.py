@@ -38,6 +38,7 @@ from server.protocol_frames import (  # noqa: F401 - the server's frames, re-exp
     split_audio_frame,
 )
 from server.visible_text import has_visible_text
+from server.wire_sizes import MAX_INSTRUCT_CHARS, MAX_LANGUAGE_CHARS, MAX_VOICE_CHARS, SIZE_RULES
 
 OPUS_SAMPLE_RATES = (8000, 16000, 24000, 48000)  # the rates libopus takes
 ERROR_CODES = (
@@ -45,11 +46,6 @@ ERROR_CODES = (
     "too_many_requests", "busy", "unauthorized", "internal", "stream_idle", "stream_too_long",
 )
 ID_PATTERN = r"^[A-Za-z0-9_.-]{1,64}\Z"  # \Z: "$" would admit a trailing newline
-# `instruct` is a list of OmniVoice's items ("female, low pitch, british accent"): a handful of
-# words; the longest valid one is far shorter. Checked before it is resolved.
-MAX_INSTRUCT_CHARS = 256
-MAX_VOICE_CHARS = 256  # a voice id (64) or a library voice's display name (100)
-MAX_LANGUAGE_CHARS = 64
 
 Encoding = Literal["pcm_s16le", "f32le", "mulaw", "alaw", "opus"]
 ErrorCode = Literal[
@@ -162,10 +158,7 @@ _TYPE_NAMES = ", ".join(_CLIENT_TYPES)
 _RULES = {
     "id": "must be 1-64 characters of A-Z a-z 0-9 _ . -",
     "encoding": "must be one of " + ", ".join(ENCODINGS),
-    "stream": "must be chunk or whole",
-    "instruct": f"must be at most {MAX_INSTRUCT_CHARS} characters (OmniVoice's items: \"female, low pitch\")",
-    "voice": f"must be at most {MAX_VOICE_CHARS} characters (a voice id or name)",
-    "language": f"must be at most {MAX_LANGUAGE_CHARS} characters",
+    "stream": "must be chunk or whole", **SIZE_RULES,
     "timestamps": "must be word, char or null",
 }
 _AT = re.compile(r"^(?P<msg>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
@@ -244,21 +237,19 @@ def decode_json(data: str | bytes) -> Any:
 
 
 def check_text_size(msg: ClientMessage, max_text_chars: int | None) -> None:
-    """`text` (and `reference.text`) within `--max-text-chars`, checked before anything reads
-    them (a frame may carry megabytes of it)."""
+    """`text` and `reference.text` within `--max-text-chars`, before anything reads them."""
     if max_text_chars is None or not isinstance(msg, VoiceFields):
         return
-    if isinstance(msg, Synthesize) and len(msg.text) > max_text_chars:
-        raise ProtocolError("text_too_long", f"text: {len(msg.text)} characters, over the limit of "
-                            f"{max_text_chars}", msg.id, field="text")
-    if msg.reference is not None and msg.reference.text is not None and len(msg.reference.text) > max_text_chars:
-        raise ProtocolError("text_too_long", f"reference.text: {len(msg.reference.text)} characters, over the "
-                            f"limit of {max_text_chars}", msg.id, field="reference.text")
+    for name, text in (("text", msg.text if isinstance(msg, Synthesize) else None),
+                       ("reference.text", msg.reference.text if msg.reference is not None else None)):
+        if text is not None and len(text) > max_text_chars:
+            raise ProtocolError("text_too_long", f"{name}: {len(text)} characters, over the limit of "
+                                f"{max_text_chars}", msg.id, field=name)
 
 
 def parse_client_message(data: str | bytes, max_text_chars: int | None = None) -> ClientMessage:
-    """One client text frame -> a typed message; raises `ProtocolError` naming the problem.
-    Sizes are checked first (`max_text_chars`: `--max-text-chars`), the content after."""
+    """One client text frame -> a typed message; raises `ProtocolError` naming the problem
+    (sizes first: `max_text_chars` is `--max-text-chars`; the content after)."""
     raw = decode_json(data)
     if not isinstance(raw, dict):
         raise ProtocolError("bad_message", "a message must be a JSON object with a `type`")

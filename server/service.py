@@ -103,7 +103,7 @@ class _Job:
 class SynthesisService:
     def __init__(self, engine: Engine, voices: VoiceLibrary, metrics: Metrics, *,
                  max_queue: int, asr_available: bool = False, audio_limits: AudioLimits = AudioLimits(),
-                 max_references_bytes: int | None = None, max_voice_encodes: int | None = None,
+                 max_references_bytes: int | None = None, max_voice_encodes: int = 2,
                  keep: KeepPolicy | None = None, aligner: Aligner | None = None):
         self.engine = engine
         self.voices = voices
@@ -120,7 +120,7 @@ class SynthesisService:
         self._voice_cache: OrderedDict[str, VoicePrompt] = OrderedDict()
         self.references = ReferenceBudget(max_references_bytes)
         # encodes share the CPU with the step loop: at most this many at once, the rest wait in order
-        self.encode_slots = asyncio.Semaphore(max_voice_encodes or 2 * len(self.engines))
+        self.encode_slots = asyncio.Semaphore(max_voice_encodes)
         self.builtins = BuiltinVoices(self)
         self.text = TextPreparer(voices.list_pronunciations, self._voice_ids)  # lexicon, normalisation
 

@@ -12,16 +12,9 @@ import msgspec
 from msgspec import Meta, Struct
 
 from server import options as table
-from server.protocol import (
-    MAX_LANGUAGE_CHARS,
-    MAX_VOICE_CHARS,
-    Options,
-    ProtocolError,
-    check_options,
-    decode_json,
-    describe_validation_error,
-)
+from server.protocol import Options, ProtocolError, check_options, decode_json, describe_validation_error
 from server.visible_text import has_visible_text
+from server.wire_sizes import MAX_LANGUAGE_CHARS, MAX_VOICE_CHARS
 
 SpeechFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
 

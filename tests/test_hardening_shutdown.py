@@ -7,6 +7,7 @@ request's one end frame. A real `chorus serve` process (signals)."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 from urllib.parse import urlsplit
@@ -44,6 +45,10 @@ def _read_through_sigterm(server: ChorusServer) -> tuple[float, list[dict], int 
         if opcode == 8:
             s.close()
             return audio_s, frames, int.from_bytes(payload[:2], "big")
+        if opcode == 9:  # the server's keepalive ping: answer it, as any client does
+            mask = os.urandom(4)
+            s.sendall(bytes([0x8A, 0x80 | len(payload)]) + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
+            continue
         if opcode == 2:
             header, _ = split_audio_frame(payload)
             audio_s += header["samples"] / header["sample_rate"]

@@ -3,6 +3,8 @@
 A paused writer (`send` waits for `resume_writing`) and a close whose frames are never
 taken both end in an abort after `--send-timeout` without progress (`transport.py`); the
 ASGI `send` then raises and the app sees the disconnect, so close and drain are bounded.
+The close handshake waits `--send-timeout` for the peer's answer, shutdown included (a live
+reader may still be reading what the kernel buffered before the close frame).
 """
 
 from __future__ import annotations
@@ -23,7 +25,18 @@ class GuardedWebSocketProtocol(WatchedWrites, WebSocketsSansIOProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         if not isinstance(transport, BoundedCloseTransport):  # (the HTTP protocol wraps it first)
             transport = BoundedCloseTransport(transport, self.limits.send_timeout, "WebSocket")  # type: ignore
+        # after our close frame, a reader still taking the audio queued before it (in the
+        # kernel's buffers) gets --send-timeout to reach it and answer, not uvicorn's 10 s
+        self.close_timeout = max(self.close_timeout, self.limits.send_timeout)
         super().connection_made(transport)
+
+    def shutdown(self) -> None:
+        """Server shutdown: a connection whose close frame is out stays until the peer answers
+        it (or the close timeout): closing the socket sooner would reset it, and the peer would
+        lose what the kernel still holds for it."""
+        if self.close_sent and self.close_timer is not None:
+            return
+        super().shutdown()
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
