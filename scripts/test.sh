@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set up .venv with the dev extras, lint, and run the whole test suite (unit, integration, browser).
+# Set up .venv with the dev extras, lint, and run the whole test suite: the default set (unit and
+# integration), the benchmark suite's tests, the kernels under Triton's interpreter, the browser tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -24,4 +25,8 @@ export CHORUS_E2E_REQUIRE_BROWSER=1 CHORUS_REQUIRE_POSTGRES=1
 # event loop running in it).
 .venv/bin/python -m pytest -q -n 2 tests "$@"
 .venv/bin/python -m pytest -q -n 2 -m bench tests microbench/tests "$@"
-exec .venv/bin/python -m pytest -q e2e "$@"
+# The Triton kernels on the CPU (marker `kernels`): Triton picks its interpreter when it is
+# imported, so they run in a process of their own started with TRITON_INTERPRET=1 (where every
+# other test is skipped: tests/conftest.py).
+TRITON_INTERPRET=1 .venv/bin/python -m pytest -q -n 2 -m kernels tests "$@"
+exec .venv/bin/python -m pytest -q -m browser e2e "$@"

@@ -1,7 +1,10 @@
-"""Shared fixtures: one tiny random checkpoint per test run, the reference model on it."""
+"""Shared fixtures: one tiny random checkpoint per test run, the reference model on it; and
+the split between the kernel tests (marker `kernels`, run by a process started with
+`TRITON_INTERPRET=1`) and every other test (run by a process without it)."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import warnings
 from pathlib import Path
@@ -9,10 +12,32 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from server import envs
+
 warnings.filterwarnings("ignore", message=".*ffmpeg.*")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 SAMPLE_RATE = 24000
+
+INTERPRETER_ON = envs.TRITON_INTERPRET  # read once, as Triton and `triton_env` read it at import
+
+
+def pytest_collection_modifyitems(config, items):
+    """Triton chooses its interpreter when it is imported, so one process runs either the kernel
+    tests (under the interpreter) or the others (compiled kernels, torch paths), never both."""
+    need_interpreter = pytest.mark.skip(
+        reason="a Triton-interpreter test: run it with `TRITON_INTERPRET=1 pytest -m kernels`")
+    no_triton = pytest.mark.skip(reason="needs Triton")
+    not_here = pytest.mark.skip(
+        reason="TRITON_INTERPRET=1 is set: this process runs the kernel tests (`-m kernels`) only")
+    for item in items:
+        is_kernel_test = item.get_closest_marker("kernels") is not None
+        if is_kernel_test and not INTERPRETER_ON:
+            item.add_marker(need_interpreter)
+        elif is_kernel_test and importlib.util.find_spec("triton") is None:
+            item.add_marker(no_triton)
+        elif not is_kernel_test and INTERPRETER_ON:
+            item.add_marker(not_here)
 
 
 @pytest.fixture(scope="session")

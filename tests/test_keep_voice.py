@@ -16,7 +16,7 @@ import numpy as np
 import openai
 import pytest
 
-from server.engine.voice_codec import voice_from_bytes
+from server.engine.model.voice_codec import voice_from_bytes
 from server.kept_voices import voice_blob
 from server.voices.sqlite import VoiceStore
 from tests import pg_server
