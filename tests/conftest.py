@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from server import envs
 
@@ -24,10 +25,12 @@ INTERPRETER_ON = envs.TRITON_INTERPRET  # read once, as Triton and `triton_env` 
 
 def pytest_collection_modifyitems(config, items):
     """Triton chooses its interpreter when it is imported, so one process runs either the kernel
-    tests (under the interpreter) or the others (compiled kernels, torch paths), never both."""
+    tests (under the interpreter) or the others (compiled kernels, torch paths), never both;
+    tests marked `gpu` are skipped without CUDA."""
     need_interpreter = pytest.mark.skip(
         reason="a Triton-interpreter test: run it with `TRITON_INTERPRET=1 pytest -m kernels`")
     no_triton = pytest.mark.skip(reason="needs Triton")
+    no_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
     not_here = pytest.mark.skip(
         reason="TRITON_INTERPRET=1 is set: this process runs the kernel tests (`-m kernels`) only")
     for item in items:
@@ -38,6 +41,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(no_triton)
         elif not is_kernel_test and INTERPRETER_ON:
             item.add_marker(not_here)
+        if item.get_closest_marker("gpu") is not None and not torch.cuda.is_available():
+            item.add_marker(no_gpu)
 
 
 @pytest.fixture(scope="session")

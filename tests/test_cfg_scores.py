@@ -103,7 +103,7 @@ def test_the_sampler_reveals_the_same_tokens_with_the_kernel(guidance2):
     assert not bool((fused[0] == MASK).any())
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.gpu
 def test_kernel_on_the_gpu_passes_its_check():
     for dtype in (torch.bfloat16, torch.float16):
         result = cs.check("cuda", dtype=dtype, rows=512)

@@ -76,7 +76,7 @@ def test_a_backbone_asked_for_the_kernel_follows_its_check(half_model, packed_ro
     assert torch.equal(fused._embed(ids, mask), _exact(model, ids, mask))
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.gpu
 def test_embeddings_on_the_gpu_give_the_references_bits(tiny_checkpoint):
     for dtype in ("bfloat16", "float16"):
         model = load_omnivoice(str(tiny_checkpoint), "cuda", dtype)

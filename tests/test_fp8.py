@@ -53,6 +53,7 @@ def test_fp8_is_refused_off_hopper_with_a_clear_message(reference_model):
         make_backbone(reference_model, "auto", quantize="fp8")
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
                     reason="needs a Hopper GPU")
 def test_fp8_linear_matches_bf16_within_fp8_error():
@@ -126,6 +127,7 @@ def test_fused_activation_quantizers_compute_what_they_stand_for(rows, k):
     _close(got, _expected((torch.nn.functional.silu(gate) * up).bfloat16().float()), rtol=2 * BF16_STEP)
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
                     reason="needs a Hopper GPU")
 def test_fused_activation_quantizers_on_the_gpu_match_the_torch_references():

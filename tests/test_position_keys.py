@@ -58,14 +58,14 @@ def test_the_sampler_reveals_the_same_tokens_with_the_kernel(lone, monkeypatch):
     assert not any(bool((t == MASK).any()) for t in fused)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.gpu
 def test_kernel_on_the_gpu_is_bit_identical():
     for rows in (1, 300, 5000):
         result = pk.check("cuda", rows=rows)
         assert pk.passes(result), (rows, result)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.gpu
 @pytest.mark.parametrize("items", [1, 3])
 def test_sampler_tokens_on_the_gpu_equal_the_torch_path(items):
     """Full-size codebooks and vocabulary, the reference's 32 steps, bf16 logits: a seeded

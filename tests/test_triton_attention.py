@@ -79,7 +79,7 @@ def test_graph_planner_refuses_another_shape():
         planner.plan([5, 6])
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.gpu
 def test_tma_and_pointer_loads_agree_on_the_gpu():
     """On Hopper the kernel loads through tensor descriptors; it must give what the pointer
     loads give (same blocks, same arithmetic) and what float32 attention gives, for one-row
