@@ -4,6 +4,7 @@ the split between the kernel tests (marker `kernels`, run by a process started w
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import os
 import warnings
@@ -47,9 +48,19 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory) -> Path:
+    """Made once per run: the workers of one `pytest -n` run share it (under their common
+    temporary folder, the first to take the lock makes it); tests only read it."""
     from server.checkpoint import make_checkpoint
 
-    return make_checkpoint("tiny", tmp_path_factory.mktemp("ckpt") / "tiny", seed=0)
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the run's folder, above each worker's own
+    folder = root / "ckpt" / "tiny"
+    with open(root / "tiny-checkpoint.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not folder.exists():  # written whole, then renamed into place
+            make_checkpoint("tiny", folder, seed=0)
+    return folder
 
 
 @pytest.fixture(scope="module")
