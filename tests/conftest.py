@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from server import envs
 
@@ -22,6 +21,12 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 SAMPLE_RATE = 24000
 
 INTERPRETER_ON = envs.TRITON_INTERPRET  # read once, as Triton and `triton_env` read it at import
+
+
+def _cuda_available() -> bool:
+    import torch  # lazy: the client tests (tests/clients) run this conftest in an environment without torch
+
+    return torch.cuda.is_available()
 
 
 def pytest_collection_modifyitems(config, items):
@@ -42,7 +47,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(no_triton)
         elif not is_kernel_test and INTERPRETER_ON:
             item.add_marker(not_here)
-        if item.get_closest_marker("gpu") is not None and not torch.cuda.is_available():
+        if item.get_closest_marker("gpu") is not None and not _cuda_available():
             item.add_marker(no_gpu)
 
 
