@@ -36,7 +36,7 @@ from bench import ws_bench
 from bench.agents import VoiceTurn, voice_agent_loop
 from bench.metrics import emit_report, percentile, stats
 from bench.mixes import plain_mix
-from bench.server_steps import StepWatch
+from bench.ws_bench import StepWatch
 from server.checkout import git_commit
 from server.launcher import ServerProcess
 from server.loadtest.cli import split_serve_args

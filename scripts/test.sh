@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up .venv with the dev extras, lint, and run the whole test suite: the default set (unit and
-# integration), the benchmark suite's tests, the kernels under Triton's interpreter, the browser tests.
+# integration), the benchmark suite's tests, the kernels under Triton's interpreter, the client
+# tests (in their own environment) and the browser tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -21,12 +22,17 @@ fi
 export CHORUS_E2E_REQUIRE_BROWSER=1 CHORUS_REQUIRE_POSTGRES=1
 # tests/ on two workers (pytest-xdist: much of it waits on servers and sockets); then the
 # benchmark suite's tests (marker `bench`, left out of a plain `pytest`) with the kernel
-# micro-benchmarks' own; then the browser tests in one process (Playwright's sync API keeps an
-# event loop running in it).
-.venv/bin/python -m pytest -q -n 2 tests "$@"
-.venv/bin/python -m pytest -q -n 2 -m bench tests microbench/tests "$@"
+# micro-benchmarks' own; then the client and its Pipecat and LiveKit plugins in their own
+# environment (scripts/setup-clients.sh) against a `chorus serve` run by .venv (a missing
+# framework is a failure, not a skip); last the browser tests in one process (Playwright's
+# sync API keeps an event loop running in it).
+.venv/bin/python -m pytest -q -n 2 tests --ignore=tests/clients "$@"
+.venv/bin/python -m pytest -q -n 2 -m bench tests microbench/tests --ignore=tests/clients "$@"
 # The Triton kernels on the CPU (marker `kernels`): Triton picks its interpreter when it is
 # imported, so they run in a process of their own started with TRITON_INTERPRET=1 (where every
 # other test is skipped: tests/conftest.py).
-TRITON_INTERPRET=1 .venv/bin/python -m pytest -q -n 2 -m kernels tests "$@"
+TRITON_INTERPRET=1 .venv/bin/python -m pytest -q -n 2 -m kernels tests --ignore=tests/clients "$@"
+scripts/setup-clients.sh
+CHORUS_REQUIRE_CLIENT_FRAMEWORKS=1 CHORUS_SERVER_PYTHON=.venv/bin/python \
+  .venv-clients/bin/python -m pytest -q -n 2 -m "bench or not bench" tests/clients "$@"
 exec .venv/bin/python -m pytest -q -m browser e2e "$@"

@@ -153,8 +153,6 @@ async def drain(app: Litestar, seconds: float, hurry: asyncio.Event | None = Non
     `hurry` is set) to finish, the rest are cancelled, and once every request has sent its
     end, each WebSocket is closed (1001) after its queued frames reach a client that reads
     them, till the same window ends (what is still queued then is replaced by `cancelled`)."""
-    from server.api.stream import close_all
-
     state = app.state
     state.ready = False
     service: SynthesisService | None = state.get("service")
@@ -170,5 +168,5 @@ async def drain(app: Litestar, seconds: float, hurry: asyncio.Event | None = Non
         if not await service.wait_idle(10.0):
             log.error("requests still in flight after cancelling", extra={"inflight": service.inflight})
     until = None if hurry is not None and hurry.is_set() else window_ends
-    await close_all(state.get("connections") or set(), until=until)
+    await stream.close_all(state.get("connections") or set(), until=until)
     log.info("drained")

@@ -41,7 +41,7 @@ def check_device(device: str) -> None:
         raise StartupError(f"--device {device}: must be cpu, cuda or cuda:N (cuda:0,1 for several)")
     if device == "cpu":
         return
-    import torch
+    import torch  # lazy: only a CUDA device needs it, and the cheap checks run first
 
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if count == 0:

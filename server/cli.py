@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 import warnings
+from importlib.metadata import PackageNotFoundError, version
 
 from server import envs
 from server.boot_checks import StartupError
@@ -26,8 +27,6 @@ __all__ = ["build_parser", "config_from_args", "main"]
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("chorus-tts")
     except PackageNotFoundError:

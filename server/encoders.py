@@ -118,7 +118,7 @@ class _Sink:
 
 class _AVBase(StreamEncoder):
     def __init__(self, in_rate: int, out_rate: int):
-        import av  # FFmpeg's libraries load only where a compressed format is asked for
+        import av  # lazy: FFmpeg's libraries load only where a compressed format is asked for
 
         super().__init__(in_rate, out_rate)
         self._av = av

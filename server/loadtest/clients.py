@@ -14,6 +14,7 @@ import re
 import struct
 import time
 from dataclasses import dataclass
+from urllib.parse import quote
 
 from server.loadtest.report import Report, rss_mb
 
@@ -59,7 +60,7 @@ async def run_client(index: int, url: str, deadline: float, inflight: int, cance
     with it, a sender task sends at Poisson times (`arrivals` draws the gaps) while this task
     stays the socket's only reader, at most `inflight` outstanding. Returns how many paced
     sends had to wait for a free slot (the server fell behind the rate)."""
-    import websockets
+    import websockets  # lazy: `chorus` starts without the client libraries
 
     pending: dict[str, _Pending] = {}
     counter = 0
@@ -235,7 +236,7 @@ async def sample_rss(pid: int | None, report: Report, start: float, stop: asynci
 
 async def server_inflight(base_url: str, headers: dict[str, str]) -> float | None:
     """The server's `chorus_inflight_requests` gauge (None when it cannot be read)."""
-    import httpx
+    import httpx  # lazy: `chorus` starts without the client libraries
 
     try:
         async with httpx.AsyncClient(timeout=30) as client:
@@ -258,8 +259,6 @@ async def run_load(url: str, clients: int, seconds: float, inflight: int = 2, ca
     ws_url = base.replace("http://", "ws://").replace("https://", "wss://") + "/v1/stream"
     headers = {}
     if api_key:
-        from urllib.parse import quote
-
         ws_url += f"?api_key={quote(api_key)}"
         headers["Authorization"] = f"Bearer {api_key}"
     num_steps = num_steps or [4, 8, 16]

@@ -57,7 +57,7 @@ class PostgresVoiceStore:
     """The shared `VoiceLibrary` (psycopg is imported only when one is opened)."""
 
     def __init__(self, dsn: str, *, max_voices: int | None = None, max_bytes: int | None = None):
-        import psycopg
+        import psycopg  # lazy: optional (the `postgres` extra)
 
         self.max_voices = max_voices
         self.max_bytes = max_bytes

@@ -14,7 +14,7 @@ from pathlib import Path
 
 
 def chorus_jit_specs(backend: str = "fa3") -> list:
-    import torch
+    import torch  # lazy: this build tool's dependencies load when it runs
     from flashinfer.jit.activation import gen_act_and_mul_module
     from flashinfer.jit.attention import gen_batch_prefill_module
     from flashinfer.jit.norm import gen_norm_module
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("FLASHINFER_CUDA_ARCH_LIST", "9.0a")
 
-    from flashinfer.jit import build_jit_specs, env as jit_env
+    from flashinfer.jit import build_jit_specs, env as jit_env  # lazy: as above
 
     specs = chorus_jit_specs(args.backend)
     build_jit_specs(specs, verbose=True, skip_prebuilt=False)

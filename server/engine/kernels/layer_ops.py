@@ -54,7 +54,7 @@ class FlashInferOps:
     name = "flashinfer"
 
     def __init__(self, pdl: bool | None = None):
-        from flashinfer.activation import silu_and_mul
+        from flashinfer.activation import silu_and_mul  # lazy: optional, CUDA installs only
         from flashinfer.norm import fused_add_rmsnorm, rmsnorm
         from flashinfer.rope import apply_rope_pos_ids_inplace
 

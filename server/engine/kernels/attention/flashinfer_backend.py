@@ -53,7 +53,7 @@ def check_flashinfer() -> str:
     at start-up (and `auto` falls back to the torch path, logged) instead of mid-request.
     """
     try:
-        import flashinfer
+        import flashinfer  # lazy: optional, CUDA installs only
     except Exception as exc:  # ImportError, or a CUDA/ABI error raised while importing
         raise FlashInferMissing(f"flashinfer does not import: {exc}") from exc
 
@@ -99,7 +99,7 @@ class FlashInferAttention:
     def __init__(self, device: torch.device, dtype: torch.dtype, scale: float,
                  num_q_heads: int, num_kv_heads: int, head_dim: int, small_rows: int | None = None):
         check_flashinfer()
-        import flashinfer
+        import flashinfer  # lazy: optional, CUDA installs only
 
         self.device = torch.device(device)
         self.dtype = dtype
@@ -175,7 +175,7 @@ class GraphPlanner:
     `max_rows` packed rows: plan it (outside the graph) before every replay."""
 
     def __init__(self, attn: FlashInferAttention, num_docs: int, max_rows: int):
-        import flashinfer
+        import flashinfer  # lazy: optional, CUDA installs only
 
         self.attn = attn
         self.num_docs, self.max_rows = num_docs, max_rows

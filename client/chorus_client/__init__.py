@@ -1,0 +1,36 @@
+"""Python client for the Chorus text-to-speech server: `ChorusClient` (WebSocket streaming
+and the voice library), typed events and errors. Framework plugins live in
+`chorus_client.pipecat` and `chorus_client.livekit` (extras `pipecat`, `livekit`)."""
+
+from .client import ChorusClient, split_url
+from .errors import (
+    BadMessageError,
+    BusyError,
+    ChorusError,
+    ConflictError,
+    ConnectionLostError,
+    DuplicateIdError,
+    InternalError,
+    InvalidRequestError,
+    StreamIdleError,
+    StreamTooLongError,
+    TextTooLongError,
+    TooManyRequestsError,
+    UnauthorizedError,
+    VoiceNotFoundError,
+)
+from .events import Accepted, AudioChunk, Cancelled, Done, Event, Progress, Ready, Segment, Words, WordTiming
+from .requests import Result, Synthesis, TextStream
+from .voices import Voice
+from .wire import Reference, SynthesisOptions
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Accepted", "AudioChunk", "BadMessageError", "BusyError", "Cancelled", "ChorusClient", "ChorusError",
+    "ConflictError", "ConnectionLostError", "Done", "DuplicateIdError", "Event", "InternalError",
+    "InvalidRequestError", "Progress", "Ready", "Reference", "Result", "Segment", "StreamIdleError",
+    "StreamTooLongError", "Synthesis", "SynthesisOptions", "TextStream", "TextTooLongError",
+    "TooManyRequestsError", "UnauthorizedError", "Voice", "VoiceNotFoundError", "WordTiming", "Words",
+    "split_url",
+]

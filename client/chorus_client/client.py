@@ -1,0 +1,149 @@
+"""`ChorusClient`: one object for the WebSocket (synthesize, text streams, ping) and the
+HTTP voice library of one Chorus server.
+
+The WebSocket opens on first use and is shared by every request and stream; if it closes,
+the requests in flight fail with `ConnectionLostError` and the next call opens a new one
+(`reconnect_attempts` tries, `reconnect_backoff_s` doubling between them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+from websockets.exceptions import InvalidHandshake, InvalidStatus
+
+from .connection import Connection
+from .errors import ChorusError, ConnectionLostError, UnauthorizedError
+from .events import Ready
+from .requests import Synthesis, TextStream
+from .voices import Voice, VoicesAPI
+from .wire import Options, Reference, request_frame
+
+STREAM_PATH = "/v1/stream"
+
+
+def split_url(url: str) -> tuple[str, str]:
+    """(http base, WebSocket URL) from either form: `http://host:8000`, `ws://host:8000/v1/stream`."""
+    parts = urlsplit(url if "://" in url else f"http://{url}")
+    secure = parts.scheme in ("https", "wss")
+    path = parts.path.rstrip("/")
+    if path.endswith(STREAM_PATH):
+        path = path[: -len(STREAM_PATH)]
+    http = urlunsplit(("https" if secure else "http", parts.netloc, path, "", ""))
+    ws = urlunsplit(("wss" if secure else "ws", parts.netloc, path + STREAM_PATH, "", ""))
+    return http, ws
+
+
+class ChorusClient:
+    def __init__(self, url: str = "http://127.0.0.1:8000", *, api_key: str | None = None,
+                 open_timeout: float = 10.0, http_timeout: float = 120.0, reconnect_attempts: int = 3,
+                 reconnect_backoff_s: float = 0.2):
+        self.http_url, self.ws_url = split_url(url)
+        self.api_key = api_key if api_key is not None else os.environ.get("CHORUS_API_KEY")
+        self.open_timeout = open_timeout
+        self.reconnect_attempts = reconnect_attempts
+        self.reconnect_backoff_s = reconnect_backoff_s
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        self._headers = headers
+        self._http = httpx.AsyncClient(base_url=self.http_url, headers=headers, timeout=http_timeout)
+        self.voices = VoicesAPI(self._http)
+        self._conn: Connection | None = None
+        self._connect_lock = asyncio.Lock()
+        self._ids = itertools.count(1)
+        self.connections_opened = 0
+
+    async def __aenter__(self) -> ChorusClient:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    @property
+    def ready(self) -> Ready | None:
+        """The server's `ready` greeting of the current connection (None before connecting)."""
+        return self._conn.ready if self._conn else None
+
+    async def connect(self) -> Ready:
+        """Open the WebSocket now (otherwise the first request does); returns `ready`."""
+        return (await self._connection()).ready
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            await self._conn.close()
+            self._conn = None
+        await self._http.aclose()
+
+    async def ping(self) -> None:
+        await (await self._connection()).ping()
+
+    def synthesize(self, text: str, *, voice: str | None = None, reference: Reference | dict | None = None,
+                   instruct: str | None = None, language: str | None = None, encoding: str | None = None,
+                   sample_rate: int | None = None, stream: str | None = None, progress: bool = False,
+                   options: Options = None, timestamps: str | None = None, keep_voice: bool | None = None,
+                   request_id: str | None = None, extra: dict[str, Any] | None = None) -> Synthesis:
+        """One utterance. Iterate the result (`async for event in ...`) for `Accepted`,
+        `Progress`, `AudioChunk`, `Words`, then `Done` or `Cancelled`; a server error raises
+        its `ChorusError`. `await ....collect()` gathers it all."""
+        rid = request_id or f"r{next(self._ids)}"
+        frame = request_frame("synthesize", rid, text=text, voice=voice, reference=reference, instruct=instruct,
+                              language=language, encoding=encoding, sample_rate=sample_rate, stream=stream,
+                              progress=progress, options=options, timestamps=timestamps, keep_voice=keep_voice,
+                              extra=extra)
+        return Synthesis(self._connection, rid, frame, sample_rate)
+
+    def stream(self, *, text: str | None = None, voice: str | None = None, reference: Reference | dict | None = None,
+               instruct: str | None = None, language: str | None = None, encoding: str | None = None,
+               sample_rate: int | None = None, progress: bool = False, options: Options = None,
+               timestamps: str | None = None, keep_voice: bool | None = None, request_id: str | None = None,
+               extra: dict[str, Any] | None = None) -> TextStream:
+        """A text stream: `async with client.stream(...) as s: await s.append(...)`."""
+        rid = request_id or f"s{next(self._ids)}"
+        frame = request_frame("stream_open", rid, text=text, voice=voice, reference=reference, instruct=instruct,
+                              language=language, encoding=encoding, sample_rate=sample_rate, progress=progress,
+                              options=options, timestamps=timestamps, keep_voice=keep_voice, extra=extra)
+        return TextStream(self._connection, rid, frame, sample_rate)
+
+    async def list_voices(self) -> list[Voice]:
+        return await self.voices.list()
+
+    async def upload_voice(self, audio: bytes | str | Path, text: str, *, name: str | None = None) -> Voice:
+        return await self.voices.upload(audio, text, name=name)
+
+    async def delete_voice(self, voice_id: str) -> None:
+        await self.voices.delete(voice_id)
+
+    async def _connection(self) -> Connection:
+        conn = self._conn
+        if conn is not None and not conn.closed:
+            return conn
+        async with self._connect_lock:
+            if self._conn is not None and not self._conn.closed:
+                return self._conn
+            self._conn = await self._open()
+            self.connections_opened += 1
+            return self._conn
+
+    async def _open(self) -> Connection:
+        delay = self.reconnect_backoff_s
+        for attempt in range(self.reconnect_attempts + 1):
+            try:
+                return await Connection.open(self.ws_url, self._headers, self.open_timeout)
+            except InvalidStatus as exc:
+                if exc.response.status_code in (401, 403):
+                    raise UnauthorizedError(f"the server refused the connection ({exc.response.status_code})",
+                                            status=exc.response.status_code) from exc
+                failure: Exception = exc
+            except UnauthorizedError:
+                raise
+            except (OSError, TimeoutError, InvalidHandshake, ChorusError) as exc:
+                failure = exc
+            if attempt < self.reconnect_attempts:
+                await asyncio.sleep(delay)
+                delay *= 2
+        raise ConnectionLostError(f"could not connect to {self.ws_url}: {failure}")

@@ -1,0 +1,106 @@
+"""Errors that mirror the protocol's error codes, so callers catch what they can act on
+(`BusyError` to retry later, `InvalidRequestError.field` to fix one input) instead of
+parsing messages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ChorusError(Exception):
+    """An error the server sent (`code` is the protocol's), or one of the client's own."""
+
+    code = "error"
+
+    def __init__(self, message: str, *, request_id: str | None = None, field: str | None = None,
+                 retry_after_ms: float | None = None, status: int | None = None,
+                 payload: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.message = message
+        self.request_id = request_id
+        self.field = field
+        self.retry_after_ms = retry_after_ms
+        self.status = status  # the HTTP status, for errors of the HTTP API
+        self.payload = payload or {}
+
+    def __str__(self) -> str:
+        where = f" ({self.field})" if self.field and self.field not in self.message else ""
+        return f"{self.code}: {self.message}{where}"
+
+
+class BadMessageError(ChorusError):
+    code = "bad_message"
+
+
+class InvalidRequestError(ChorusError):
+    code = "invalid_request"
+
+
+class DuplicateIdError(ChorusError):
+    code = "duplicate_id"
+
+
+class VoiceNotFoundError(ChorusError):
+    code = "voice_not_found"
+
+
+class TextTooLongError(ChorusError):
+    code = "text_too_long"
+
+
+class TooManyRequestsError(ChorusError):
+    """This connection already has the server's `max_inflight` requests in flight."""
+
+    code = "too_many_requests"
+
+
+class BusyError(ChorusError):
+    """The server is full; try again after `retry_after_ms` (when the server says)."""
+
+    code = "busy"
+
+
+class UnauthorizedError(ChorusError):
+    code = "unauthorized"
+
+
+class InternalError(ChorusError):
+    code = "internal"
+
+
+class StreamIdleError(ChorusError):
+    code = "stream_idle"
+
+
+class StreamTooLongError(ChorusError):
+    code = "stream_too_long"
+
+
+class ConflictError(ChorusError):
+    """HTTP 409: a voice name already taken."""
+
+    code = "conflict"
+
+
+class ConnectionLostError(ChorusError):
+    """The WebSocket closed while this request was in flight; the next call reconnects."""
+
+    code = "connection_lost"
+
+
+ERRORS_BY_CODE: dict[str, type[ChorusError]] = {
+    cls.code: cls for cls in (BadMessageError, InvalidRequestError, DuplicateIdError, VoiceNotFoundError,
+                              TextTooLongError, TooManyRequestsError, BusyError, UnauthorizedError,
+                              InternalError, StreamIdleError, StreamTooLongError, ConflictError)
+}
+
+
+def error_from(payload: dict[str, Any], *, status: int | None = None) -> ChorusError:
+    """The typed error for a WebSocket `error` frame or an HTTP error body's `error` object."""
+    code = str(payload.get("code") or "error")
+    cls = ERRORS_BY_CODE.get(code, ChorusError)
+    err = cls(str(payload.get("message") or code), request_id=payload.get("id"), field=payload.get("field"),
+              retry_after_ms=payload.get("retry_after_ms"), status=status, payload=payload)
+    if cls is ChorusError:
+        err.code = code
+    return err

@@ -1,0 +1,113 @@
+"""What a request or stream yields, typed: one dataclass per server frame of the protocol.
+
+`AudioChunk.data` is the frame's payload as sent (`pcm_s16le` by default; the client never
+decodes audio, so it needs no numpy). Sample positions stay in samples at the request's
+`sample_rate`; the `*_seconds` properties convert.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Ready:
+    """The server's greeting on connect: its model, rates, encodings and limits."""
+
+    protocol: int
+    model: str
+    sample_rate: int
+    encodings: list[str]
+    sample_rates: list[int]
+    limits: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Accepted:
+    request_id: str
+    chunks: int | None
+    target_seconds: list[float]
+
+
+@dataclass(frozen=True)
+class Progress:
+    request_id: str
+    chunk: int
+    step: int
+    num_steps: int
+    fraction: float
+    segment: int | None = None
+
+
+@dataclass(frozen=True)
+class AudioChunk:
+    request_id: str
+    data: bytes
+    sample_rate: int
+    encoding: str
+    samples: int
+    chunk: int = 0
+    final: bool = False
+    segment: int | None = None  # streams only
+    offset_samples: int | None = None  # streams only: where this frame starts in the stream's audio
+    header: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def seconds(self) -> float:
+        return self.samples / self.sample_rate
+
+
+@dataclass(frozen=True)
+class WordTiming:
+    text: str
+    start_samples: int
+    end_samples: int
+    sample_rate: int
+
+    @property
+    def start_seconds(self) -> float:
+        return self.start_samples / self.sample_rate
+
+    @property
+    def end_seconds(self) -> float:
+        return self.end_samples / self.sample_rate
+
+
+@dataclass(frozen=True)
+class Words:
+    """Word (and with `timestamps="char"`, character) timings of one chunk or segment."""
+
+    request_id: str
+    words: list[WordTiming]
+    chars: list[WordTiming] | None = None
+    segment: int | None = None
+    source: str | None = None  # "model" or "aligned"
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A stream's segment is complete: the text it spoke and where its audio sits."""
+
+    request_id: str
+    segment: int
+    text: str
+    offset_samples: int
+    samples: int
+
+
+@dataclass(frozen=True)
+class Done:
+    request_id: str
+    chunks: int
+    audio_seconds: float
+    timings: dict[str, float]
+    voice_id: str | None = None  # with `keep_voice`: a voice later requests may use
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    request_id: str
+
+
+Event = Accepted | Progress | AudioChunk | Words | Segment | Done | Cancelled

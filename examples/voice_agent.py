@@ -1,0 +1,98 @@
+"""A voice agent's speaking half with `chorus-client`: each answer is streamed to Chorus
+while the LLM writes it (`client.stream()`: append, close), turn after turn in one voice,
+and the user can barge in (`cancel()`); captions come from the `Segment` events.
+
+    pip install chorus-client
+    python examples/voice_agent.py http://127.0.0.1:8000 --out agent.wav
+
+The LLM here is scripted (`scripted_llm`). To plug a real one in, make `llm_tokens` yield
+its stream's text deltas, for example with the `openai` package:
+
+    stream = await openai_client.chat.completions.create(model="gpt-4o-mini", messages=history, stream=True)
+    async for part in stream:
+        yield part.choices[0].delta.content or ""
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import wave
+from collections.abc import AsyncIterator
+
+from chorus_client import AudioChunk, ChorusClient, Done, Segment, SynthesisOptions
+
+ANSWERS = [
+    "Good morning! You have three meetings today. The first one is at ten.",
+    "The ten o'clock is with the design team. It is about the new onboarding flow, and they asked for an hour.",
+    "Sure, I moved it to eleven and told everyone. Anything else?",
+]
+
+
+async def scripted_llm(answer: str) -> AsyncIterator[str]:
+    """Stand-in for an LLM: pieces of 1-4 characters, about 40 words a second."""
+    i = 0
+    while i < len(answer):
+        n = 1 + i % 4
+        yield answer[i:i + n]
+        i += n
+        await asyncio.sleep(n / 5 / 40)
+
+
+async def speak_turn(client: ChorusClient, answer: str, *, voice: str | None, barge_in: bool,
+                     options: SynthesisOptions) -> bytes:
+    """Stream one answer in; with `barge_in`, cancel it once its first audio arrives."""
+    audio = bytearray()
+    async with client.stream(voice=voice, options=options) as stream:
+
+        async def write() -> None:
+            async for piece in scripted_llm(answer):
+                await stream.append(piece)
+            await stream.close()
+
+        writer = asyncio.create_task(write())
+        async for event in stream:
+            if isinstance(event, AudioChunk):
+                audio += event.data  # hand it to the player here
+                if barge_in:
+                    print("  (the user starts talking: cancel)")
+                    await stream.cancel()
+            elif isinstance(event, Segment):
+                print(f"  {event.offset_samples / client.ready.sample_rate:6.2f} s  {event.text}")
+            elif isinstance(event, Done):
+                print(f"  done: {event.audio_seconds:.2f} s")
+            else:
+                print(f"  {type(event).__name__.lower()}")
+        writer.cancel()
+    return bytes(audio)
+
+
+async def run(url: str, out: str | None, voice: str | None, num_step: int) -> None:
+    async with ChorusClient(url) as client:
+        ready = await client.connect()
+        options = SynthesisOptions(num_step=num_step, seed=7)
+        audio = bytearray()
+        for turn, answer in enumerate(ANSWERS):
+            print(f"turn {turn}:")
+            audio += await speak_turn(client, answer, voice=voice, barge_in=turn == 1, options=options)
+    if out:
+        with wave.open(out, "wb") as w:
+            w.setnchannels(1)
+            w.setsampwidth(2)
+            w.setframerate(ready.sample_rate)
+            w.writeframes(bytes(audio))
+        print(f"saved {out}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("url", help="the Chorus server, e.g. http://127.0.0.1:8000")
+    parser.add_argument("--out", default=None, help="save the turns' audio to this WAV file")
+    parser.add_argument("--voice", default=None, help="a library voice id or name: the same voice every turn")
+    parser.add_argument("--num-step", type=int, default=16)
+    args = parser.parse_args()
+    asyncio.run(run(args.url, args.out, args.voice, args.num_step))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""Each program in `examples/` runs as printed against a real `chorus serve` and writes
+what it says (a WAV file with audio in it)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import wave
+
+import pytest
+
+from tests.clients.chorus_process import ROOT
+from tests.clients.conftest import require_framework
+
+EXAMPLES = {
+    "ws_client.py": None,
+    "voice_agent.py": None,
+    "openai_client.py": "openai",
+    "pipecat_agent.py": "pipecat",
+    "livekit_agent.py": "livekit.agents",
+}
+
+
+def example_env() -> dict[str, str]:
+    paths = [str(ROOT / "client"), os.environ.get("PYTHONPATH", "")]
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in paths if p))
+
+
+@pytest.mark.parametrize("name", list(EXAMPLES))
+def test_example_runs(name, chorus_url, tmp_path):
+    if EXAMPLES[name]:
+        require_framework(EXAMPLES[name])
+    out = tmp_path / "out.wav"
+    run = subprocess.run([sys.executable, str(ROOT / "examples" / name), chorus_url, "--out", str(out),
+                          "--num-step", "4"], capture_output=True, text=True, timeout=300, env=example_env())
+    assert run.returncode == 0, run.stdout + run.stderr
+    with wave.open(str(out)) as w:
+        assert w.getnframes() > w.getframerate() // 2  # at least half a second of audio
+    assert run.stdout.strip()
+
+
+def test_every_example_is_tested():
+    assert sorted(p.name for p in (ROOT / "examples").glob("*.py")) == sorted(EXAMPLES)
+    for name in EXAMPLES:
+        spec = importlib.util.spec_from_file_location(name[:-3], ROOT / "examples" / name)
+        assert spec is not None
+        source = (ROOT / "examples" / name).read_text()
+        assert source.startswith('"""') and "python examples/" in source
