@@ -86,3 +86,10 @@ def pytest_configure(config) -> None:
     expect.set_options(timeout=30_000)  # a busy 2-core machine is slow, not broken
     config.addinivalue_line("markers", "allow_console_errors(*patterns): the test expects browser console "
                             "errors (those matching a pattern; all of them without one)")
+
+
+def pytest_itemcollected(item) -> None:
+    """Every test here drives the browser (marker `browser`: out of a plain `pytest`, run by
+    `pytest -m browser e2e` in a process of its own, as Playwright's sync API keeps an event
+    loop running in it)."""
+    item.add_marker(pytest.mark.browser)

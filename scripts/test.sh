@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Set up .venv with the dev extras, lint, and run the whole test suite (unit, integration, browser).
+# Set up .venv with the dev extras, lint, and run the whole test suite: the default set (unit and
+# integration), the benchmark suite's tests, the kernels under Triton's interpreter, the client
+# tests (in their own environment) and the browser tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -28,7 +30,11 @@ export CHORUS_E2E_REQUIRE_BROWSER=1 CHORUS_REQUIRE_POSTGRES=1
 # sync API keeps an event loop running in it).
 .venv/bin/python -m pytest -q -n 2 tests --ignore=tests/clients "$@"
 .venv/bin/python -m pytest -q -n 2 -m bench tests microbench/tests --ignore=tests/clients "$@"
+# The Triton kernels on the CPU (marker `kernels`): Triton picks its interpreter when it is
+# imported, so they run in a process of their own started with TRITON_INTERPRET=1 (where every
+# other test is skipped: tests/conftest.py).
+TRITON_INTERPRET=1 .venv/bin/python -m pytest -q -n 2 -m kernels tests --ignore=tests/clients "$@"
 scripts/setup-clients.sh
 CHORUS_REQUIRE_CLIENT_FRAMEWORKS=1 CHORUS_SERVER_PYTHON=.venv/bin/python \
   .venv-clients/bin/python -m pytest -q -n 2 -m "bench or not bench" tests/clients "$@"
-exec .venv/bin/python -m pytest -q e2e "$@"
+exec .venv/bin/python -m pytest -q -m browser e2e "$@"

@@ -1,7 +1,11 @@
-"""Shared fixtures: one tiny random checkpoint per test run, the reference model on it."""
+"""Shared fixtures: one tiny random checkpoint per test run, the reference model on it; and
+the split between the kernel tests (marker `kernels`, run by a process started with
+`TRITON_INTERPRET=1`) and every other test (run by a process without it)."""
 
 from __future__ import annotations
 
+import fcntl
+import importlib.util
 import os
 import warnings
 from pathlib import Path
@@ -9,17 +13,59 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from server import envs
+
 warnings.filterwarnings("ignore", message=".*ffmpeg.*")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 SAMPLE_RATE = 24000
 
+INTERPRETER_ON = envs.TRITON_INTERPRET  # read once, as Triton and `triton_env` read it at import
+
+
+def _cuda_available() -> bool:
+    import torch  # lazy: the client tests (tests/clients) run this conftest in an environment without torch
+
+    return torch.cuda.is_available()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Triton chooses its interpreter when it is imported, so one process runs either the kernel
+    tests (under the interpreter) or the others (compiled kernels, torch paths), never both;
+    tests marked `gpu` are skipped without CUDA."""
+    need_interpreter = pytest.mark.skip(
+        reason="a Triton-interpreter test: run it with `TRITON_INTERPRET=1 pytest -m kernels`")
+    no_triton = pytest.mark.skip(reason="needs Triton")
+    no_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
+    not_here = pytest.mark.skip(
+        reason="TRITON_INTERPRET=1 is set: this process runs the kernel tests (`-m kernels`) only")
+    for item in items:
+        is_kernel_test = item.get_closest_marker("kernels") is not None
+        if is_kernel_test and not INTERPRETER_ON:
+            item.add_marker(need_interpreter)
+        elif is_kernel_test and importlib.util.find_spec("triton") is None:
+            item.add_marker(no_triton)
+        elif not is_kernel_test and INTERPRETER_ON:
+            item.add_marker(not_here)
+        if item.get_closest_marker("gpu") is not None and not _cuda_available():
+            item.add_marker(no_gpu)
+
 
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory) -> Path:
+    """Made once per run: the workers of one `pytest -n` run share it (under their common
+    temporary folder, the first to take the lock makes it); tests only read it."""
     from server.checkpoint import make_checkpoint
 
-    return make_checkpoint("tiny", tmp_path_factory.mktemp("ckpt") / "tiny", seed=0)
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the run's folder, above each worker's own
+    folder = root / "ckpt" / "tiny"
+    with open(root / "tiny-checkpoint.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not folder.exists():  # written whole, then renamed into place
+            make_checkpoint("tiny", folder, seed=0)
+    return folder
 
 
 @pytest.fixture(scope="module")

@@ -76,7 +76,7 @@ def test_a_masked_bucket_decode_is_the_exact_length_decode(model, frames):
             handle.remove()
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.gpu
 def test_warmed_buckets_replay_the_masked_decode(tiny_checkpoint):
     from server.checkpoint import load_omnivoice
     from server.engine.runtime.finisher import Finisher
@@ -112,7 +112,7 @@ def test_warmed_buckets_replay_the_masked_decode(tiny_checkpoint):
         finisher.shutdown()
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.gpu
 def test_decodes_launched_from_the_engine_thread_equal_the_lanes_own(tiny_checkpoint, monkeypatch):
     """On a GPU: a chunk's decode launched by the calling thread on an idle lane (its graph
     replayed on the lane's stream behind the step's event) gives the audio and tokens the

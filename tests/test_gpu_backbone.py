@@ -10,7 +10,7 @@ import textwrap
 import pytest
 import torch
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture(scope="module")

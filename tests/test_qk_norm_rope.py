@@ -1,24 +1,31 @@
 """The Triton q/k norm + RoPE kernel against its float32 definition, run on the CPU through
-Triton's interpreter (in a subprocess: the interpreter is chosen when Triton is imported)."""
+Triton's interpreter (marker `kernels`: the interpreter is chosen when Triton is imported, so
+these run in a process started with `TRITON_INTERPRET=1`)."""
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
-
-from tests.triton_interpreter import run_in_triton_interpreter
+import torch
 
 pytest.importorskip("triton")
 
-SCRIPT = textwrap.dedent("""
-    import torch
-    from server.engine.kernels import qk_norm_rope as m
-    from server.engine.kernels.layer_ops import TorchOps
+from server.engine.kernels import qk_norm_rope as m
+from server.engine.kernels.layer_ops import TorchOps
+
+kernels = pytest.mark.kernels  # under Triton's interpreter: `TRITON_INTERPRET=1 pytest -m kernels`
+
+
+@kernels
+def test_check_is_the_definition_to_rounding():
     # float32: the kernel is the definition up to float32 rounding
     assert m.check("cpu", torch.float32, 4, 2, 16, 1e-6, 1e6, tokens=29) < 1e-4
     assert m.check("cpu", torch.float16, 16, 8, 128, 1e-6, 1e6, tokens=9) < 2e-3
-    # a strided (S, H, D) view of a fused QKV output, as the backbone passes it
+
+
+@kernels
+def test_a_strided_view_of_a_fused_qkv_output():
+    """A strided (S, H, D) view, as the backbone passes it; the definition is the unfused
+    path's: rmsnorm per head, then rotate-half RoPE."""
     torch.manual_seed(0)
     qkv = torch.randn(11, 8 * 16).view(11, 8, 16)
     w, pos = torch.randn(2, 16), torch.randint(0, 900, (11,))
@@ -27,32 +34,34 @@ SCRIPT = textwrap.dedent("""
     assert q.shape == (11, 4, 16) and k.shape == (11, 2, 16) and q.is_contiguous()
     # float32 angles up to ~900 rad: agreement to float32 rounding of the angle, relatively
     assert float((q - rq).norm() / rq.norm()) < 1e-5 and float((k - rk).norm() / rk.norm()) < 1e-5
-    # the definition is the unfused path's: rmsnorm per head, then rotate-half RoPE
-    tq = TorchOps.rmsnorm(qkv[:, :4], w[0], 1e-6); tk = TorchOps.rmsnorm(qkv[:, 4:6], w[1], 1e-6)
+    tq = TorchOps.rmsnorm(qkv[:, :4], w[0], 1e-6)
+    tk = TorchOps.rmsnorm(qkv[:, 4:6], w[1], 1e-6)
     TorchOps.rope_inplace(tq, tk, pos, 1e6)
     assert torch.allclose(tq, rq, atol=1e-5) and torch.allclose(tk, rk, atol=1e-5)
-    # every program shape gives the same bits here: one head's arithmetic never depends on its
-    # neighbours, nor on how many tokens or heads a program takes (q and k head counts that
-    # are not powers of two included); compiled on a GPU, a shape may differ in the last bit
-    # (the norm's sum order)
+
+
+def test_program_shapes_by_size():
+    S = m.ProgramShape
+    assert m.program_shape(5000, 24) == S("tokens", 1, 2) and m.program_shape(600, 24) == S("heads", 8, 1)
+    assert m.program_shape(600, 6) == S("heads", 8, 4)
+
+
+@kernels
+@pytest.mark.parametrize(("nq", "nk"), [(16, 8), (12, 6), (3, 1)])
+def test_every_program_shape_gives_the_same_bits(nq, nk):
+    """One head's arithmetic never depends on its neighbours, nor on how many tokens or heads a
+    program takes (head counts that are not powers of two included). Compiled on a GPU, a
+    shape may differ in the last bit (the norm's sum order)."""
+    torch.manual_seed(0)
     qkv = torch.randn(13, 32, 16).to(torch.bfloat16)
     pos = torch.randint(0, 900, (13,))
     w = torch.randn(2, 16).to(torch.bfloat16)
     S = m.ProgramShape
-    assert m.program_shape(5000, 24) == S("tokens", 1, 2) and m.program_shape(600, 24) == S("heads", 8, 1)
-    assert m.program_shape(600, 6) == S("heads", 8, 4)
-    for nq, nk in ((16, 8), (12, 6), (3, 1)):
-        base = m.qk_norm_rope(qkv, w, pos, nq, nk, 1e-6, 1e6, shape=S("heads", 32, 4))
-        rq, rk = m.reference(qkv, w, pos, nq, nk, 1e-6, 1e6)
-        assert float((base[0].float() - rq.float()).norm() / rq.float().norm()) < 1e-2
-        assert float((base[1].float() - rk.float()).norm() / rk.float().norm()) < 1e-2
-        for shape in (S("heads", 8, 1), S("heads", 4, 2), S("heads", 16, 4), S("tokens", 1, 4),
-                      S("tokens", 2, 1), S("tokens", 4, 2), S("tokens", 16, 4)):
-            got = m.qk_norm_rope(qkv, w, pos, nq, nk, 1e-6, 1e6, shape=shape)
-            assert torch.equal(got[0], base[0]) and torch.equal(got[1], base[1]), (nq, nk, shape)
-    print("ok")
-""")
-
-
-def test_kernel_in_the_interpreter():
-    run_in_triton_interpreter(SCRIPT)
+    base = m.qk_norm_rope(qkv, w, pos, nq, nk, 1e-6, 1e6, shape=S("heads", 32, 4))
+    rq, rk = m.reference(qkv, w, pos, nq, nk, 1e-6, 1e6)
+    assert float((base[0].float() - rq.float()).norm() / rq.float().norm()) < 1e-2
+    assert float((base[1].float() - rk.float()).norm() / rk.float().norm()) < 1e-2
+    for shape in (S("heads", 8, 1), S("heads", 4, 2), S("heads", 16, 4), S("tokens", 1, 4),
+                  S("tokens", 2, 1), S("tokens", 4, 2), S("tokens", 16, 4)):
+        got = m.qk_norm_rope(qkv, w, pos, nq, nk, 1e-6, 1e6, shape=shape)
+        assert torch.equal(got[0], base[0]) and torch.equal(got[1], base[1]), (nq, nk, shape)

@@ -62,7 +62,7 @@ def test_lone_item_selection_equals_the_table_path(poison, position_temperature,
     assert int(a[0].items[0].tokens.max()) < V
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.gpu
 def test_a_lone_items_unsorted_top_k_on_the_gpu_reveals_what_the_sorted_table_does():
     """On CUDA a lone item's top-k skips the sort (the picks are a set): with scores full of
     ties (few distinct logits, no position noise) it must reveal what the sorted table reveals."""

@@ -1,10 +1,8 @@
 """The small-step attention kernel against per-document SDPA, on the CPU through Triton's
-interpreter (in a subprocess: the interpreter is chosen when Triton is imported), and its
-tile tables."""
+interpreter (marker `kernels`: a process started with `TRITON_INTERPRET=1`), and its tile
+tables."""
 
 from __future__ import annotations
-
-import textwrap
 
 import pytest
 import torch
@@ -12,43 +10,43 @@ import torch
 pytest.importorskip("triton")
 
 from server.engine.kernels.attention import triton_backend as ta
-from tests.triton_interpreter import run_in_triton_interpreter
+from server.engine.kernels.attention.torch_backend import TorchAttention
 
-SCRIPT = textwrap.dedent("""
-    import torch
-    from server.engine.kernels.attention import triton_backend as ta
-    from server.engine.kernels.attention.torch_backend import TorchAttention
+HQ, HKV, D = 4, 2, 32
+new_interpreter = pytest.mark.skipif(
+    tuple(int(x) for x in __import__("triton").__version__.split(".")[:2]) < (3, 7),
+    reason="Triton 3.6's interpreter cannot take a loaded scalar as a loop bound")
 
+
+@pytest.mark.kernels
+@new_interpreter
+@pytest.mark.parametrize("docs", [[1], [5], [70, 3, 1, 64], [130, 1, 1]])
+def test_kernel_in_the_interpreter(docs):
+    """One row; documents shorter and longer than a tile, length-1 pad documents; a graph
+    planner's static table, any layout of its documents and rows re-planned."""
     torch.manual_seed(0)
-    hq, hkv, d = 4, 2, 32
-    scale = d ** -0.5
+    scale = D ** -0.5
     ref = TorchAttention(scale)
     attn = ta.TritonAttention("cpu", scale)
-    # one row, documents shorter and longer than a tile, length-1 pad documents
-    for docs in ([1], [5], [70, 3, 1, 64], [130, 1, 1]):
-        seq = sum(docs)
-        qkv = torch.randn(seq, hq + 2 * hkv, d) * 2
-        q, k = qkv[:, :hq].contiguous(), qkv[:, hq:hq + hkv].contiguous()
-        v = qkv[:, hq + hkv:]  # a strided view of the fused QKV output, as the backbone passes it
-        want = ref.attend(ref.plan(docs), q, k, v)
-        got = attn.attend(attn.plan(docs), q, k, v)
-        assert float((got - want).abs().max()) < 1e-5, docs
-        # a graph planner's static table: any layout of its documents and rows, re-planned
-        planner = attn.graph_planner(len(docs), seq)
-        for layout in (docs, [seq - len(docs) + 1] + [1] * (len(docs) - 1), docs):
-            want = ref.attend(ref.plan(layout), q, k, v)
-            out = torch.empty_like(q)
-            attn.attend(planner.plan(layout), q, k, v, out)
-            assert float((out - want).abs().max()) < 1e-5, layout
-    assert ta.check("cpu", torch.float32, hq, hkv, d) < 1e-5
-    print("ok")
-""")
+    seq = sum(docs)
+    qkv = torch.randn(seq, HQ + 2 * HKV, D) * 2
+    q, k = qkv[:, :HQ].contiguous(), qkv[:, HQ:HQ + HKV].contiguous()
+    v = qkv[:, HQ + HKV:]  # a strided view of the fused QKV output, as the backbone passes it
+    want = ref.attend(ref.plan(docs), q, k, v)
+    got = attn.attend(attn.plan(docs), q, k, v)
+    assert float((got - want).abs().max()) < 1e-5, docs
+    planner = attn.graph_planner(len(docs), seq)
+    for layout in (docs, [seq - len(docs) + 1] + [1] * (len(docs) - 1), docs):
+        want = ref.attend(ref.plan(layout), q, k, v)
+        out = torch.empty_like(q)
+        attn.attend(planner.plan(layout), q, k, v, out)
+        assert float((out - want).abs().max()) < 1e-5, layout
 
 
-@pytest.mark.skipif(tuple(int(x) for x in __import__("triton").__version__.split(".")[:2]) < (3, 7),
-                    reason="Triton 3.6's interpreter cannot take a loaded scalar as a loop bound")
-def test_kernel_in_the_interpreter():
-    run_in_triton_interpreter(SCRIPT)
+@pytest.mark.kernels
+@new_interpreter
+def test_check_in_the_interpreter():
+    assert ta.check("cpu", torch.float32, HQ, HKV, D) < 1e-5
 
 
 def test_tile_table_covers_every_row_once():
@@ -81,14 +79,12 @@ def test_graph_planner_refuses_another_shape():
         planner.plan([5, 6])
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.gpu
 def test_tma_and_pointer_loads_agree_on_the_gpu():
     """On Hopper the kernel loads through tensor descriptors; it must give what the pointer
     loads give (same blocks, same arithmetic) and what float32 attention gives, for one-row
     and pad documents, a graph table's empty tiles, three pipeline stages past 2048 rows, and
     operands a descriptor cannot take (which fall back to pointer loads)."""
-    from server.engine.kernels.attention.torch_backend import TorchAttention
-
     dev = torch.device("cuda")
     if not ta.tma_loads(dev):
         pytest.skip("needs a GPU with TMA (Hopper or later)")
