@@ -1,8 +1,7 @@
 """Encoding reference voices off the step's critical path.
 
 `create_voice_clone_prompt` runs on worker threads of its own (on a GPU each with its own CUDA
-stream), `workers` clips at a time, the rest queued in arrival order; on a CPU each worker runs
-one intra-op thread, so encodes add at most `workers` busy threads beside the step loop's pool.
+stream), `workers` clips at a time, the rest queued in arrival order.
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ from server.engine.model.worker_streams import WorkerStreams
 from server.engine.types import VoicePrompt
 
 ENCODE_WORKERS = 2
-CPU_THREADS_PER_WORKER = 1
 
 
 class VoiceEncoder:
@@ -33,8 +31,6 @@ class VoiceEncoder:
 
     def _encode(self, audio: np.ndarray, sample_rate: int, text: str | None) -> VoicePrompt:
         torch.set_grad_enabled(False)
-        if self.device.type == "cpu":
-            torch.set_num_threads(CPU_THREADS_PER_WORKER)  # this worker's own pool, not the step loop's
         stream = self._streams.current()
         if stream is None:
             return self.codec.encode_voice(audio, sample_rate, text)
