@@ -163,10 +163,11 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
                        help="deadline: each step packs the chunks due soonest first (a new request's first "
                             "chunk before chunks far ahead of playback; whole-file requests fill what is left; "
                             "nothing starves); fifo: first come first served")
-    serve.add_argument("--realtime-admission", choices=["auto", "on", "off"], default="auto",
+    serve.add_argument("--realtime-admission", choices=["on", "off"], default="off",
                        help="deadline scheduling: answer busy (with a retry hint) to a new line or stream turn "
                             "when the realtime work already accepted would need twice what the engine can do "
-                            "(auto: on a GPU)")
+                            "(off by default: on an H200 it refused voice agents at 60%% of throughput, where "
+                            "all are served without it; docs/performance.md)")
     serve.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS,
                        default=(envs.CHORUS_LOG_LEVEL or "info").lower(),
                        help="log detail; debug also shows the traceback of a failed start ($CHORUS_LOG_LEVEL)")
@@ -200,8 +201,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     cfg.engine.dtype = args.dtype or ("float32" if args.device == "cpu" else "bfloat16")
     cfg.engine.attention = args.attention
     cfg.engine.scheduling = args.scheduling
-    admission = {"auto": not args.device.startswith("cpu"), "on": True, "off": False}
-    cfg.engine.realtime_admission = admission[args.realtime_admission]
+    cfg.engine.realtime_admission = args.realtime_admission == "on"
     cfg.engine.quantize = None if args.quantize == "none" else args.quantize
     cfg.engine.engine_processes = {"auto": None, "yes": True, "no": False}[args.engine_processes]
     return cfg
