@@ -147,21 +147,11 @@ def first_sentence_piece(pieces: list[str]) -> int | None:
 
 
 @dataclass
-class VoiceTurn:
-    """One turn of a voice agent, as its client saw it (perf_counter seconds)."""
+class VoiceTurn(Turn):
+    """One turn of a voice agent, as its client saw it (perf_counter seconds); its underruns are
+    the seconds each stall of playback lasted (`PlaybackClock`)."""
 
-    started_at: float = field(default_factory=time.perf_counter)
-    first_sentence_at: float | None = None
-    first_audio_at: float | None = None
-    underruns: list[float] = field(default_factory=list)  # seconds late, each stall of playback
-    audio_seconds: float = 0.0
-    outcome: str | None = None
-
-    @property
-    def first_audio_ms(self) -> float | None:
-        if self.first_audio_at is None or self.first_sentence_at is None:
-            return None
-        return round((self.first_audio_at - self.first_sentence_at) * 1000.0, 2)
+    underruns: list[float] = field(default_factory=list)
 
 
 class PlaybackClock:

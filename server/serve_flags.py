@@ -166,8 +166,7 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--realtime-admission", choices=["on", "off"], default="off",
                        help="deadline scheduling: answer busy (with a retry hint) to a new line or stream turn "
                             "when the realtime work already accepted would need twice what the engine can do "
-                            "(off by default: on an H200 it refused voice agents at 60%% of throughput, where "
-                            "all are served without it; docs/performance.md)")
+                            "(off by default: it refuses too early; docs/performance.md has its measurement)")
     serve.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS,
                        default=(envs.CHORUS_LOG_LEVEL or "info").lower(),
                        help="log detail; debug also shows the traceback of a failed start ($CHORUS_LOG_LEVEL)")
