@@ -67,7 +67,7 @@ async def agent_level(url: str, agents: int, args, options: dict, pool: ProcessP
     shares = [list(range(k, agents, args.client_processes)) for k in range(args.client_processes)]
     futures = [pool.submit(_agents_share, url, share, args.seed, until, [starts[i] for i in share], options)
                for share in shares if share]
-    async with StepWatch(ws_bench.http_base(url)) as steps:
+    async with StepWatch(ws_bench.http_base(url), every=1.0) as steps:
         shares_done = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
     turns = [t for share in shares_done for t in share if t["started_at"] >= measured_from]
     first = [t["first_audio_ms"] for t in turns if t["first_audio_ms"] is not None]
@@ -81,7 +81,7 @@ async def agent_level(url: str, agents: int, args, options: dict, pool: ProcessP
             "turns_with_underrun": sum(1 for t in turns if t["underruns"]),
             "underruns": len(late), "late_seconds": round(sum(late), 3),
             "worst_late_s": round(max(late, default=0.0), 3),
-            "audio_s_per_s": round(audio / seconds, 2), "server_steps": steps.result(),
+            "audio_s_per_s": round(audio / seconds, 2), "server_steps": steps.result(measured_from, until),
             "passed": bool(turns) and all(t["outcome"] == "done" for t in turns) and not late
             and p95 is not None and p95 <= args.p95_ms}
 

@@ -104,7 +104,9 @@ def window(first: StepTotals, last: StepTotals, graph_max_tokens: int = GRAPH_MA
 
 
 class StepWatch:
-    """Read `/metrics` every `every` seconds while a scenario runs; `result()` is the window."""
+    """Read `/metrics` every `every` seconds while a scenario runs; `result()` is the window, or
+    the part of it between two `perf_counter` times (a level's measured seconds without its ramp
+    and the tail of turns still playing, which would dilute the busy share)."""
 
     def __init__(self, base_url: str, every: float = 2.0, graph_max_tokens: int = GRAPH_MAX_TOKENS):
         self.url = base_url.rstrip("/") + "/metrics"
@@ -112,6 +114,7 @@ class StepWatch:
         self.graph_max_tokens = graph_max_tokens
         self.first: StepTotals | None = None
         self.last: StepTotals | None = None
+        self.readings: list[StepTotals] = []
         self.error: str | None = None
         self._task: asyncio.Task | None = None
 
@@ -124,6 +127,7 @@ class StepWatch:
         while True:
             await asyncio.sleep(self.every)
             self.last = await self._read(client)
+            self.readings.append(self.last)
 
     async def __aenter__(self) -> StepWatch:
         import httpx
@@ -131,6 +135,7 @@ class StepWatch:
         self._client = httpx.AsyncClient(timeout=30)
         try:
             self.first = await self._read(self._client)
+            self.readings.append(self.first)
             self._task = asyncio.create_task(self._run(self._client))
         except Exception as exc:  # noqa: BLE001 - the scenario runs on; the report says why
             self.error = f"{type(exc).__name__}: {exc}"
@@ -148,15 +153,21 @@ class StepWatch:
         try:
             if self.first is not None and self.error is None:
                 self.last = await self._read(self._client)
+                self.readings.append(self.last)
         except Exception as err:  # noqa: BLE001
             self.error = f"{type(err).__name__}: {err}"
         finally:
             await self._client.aclose()
 
-    def result(self) -> dict:
+    def result(self, start: float | None = None, end: float | None = None) -> dict:
         if self.error is not None or self.first is None or self.last is None:
             return {"error": self.error or "no reading"}
-        return window(self.first, self.last, self.graph_max_tokens)
+        if start is None and end is None:
+            return window(self.first, self.last, self.graph_max_tokens)
+        inside = [r for r in self.readings if (start is None or r.at >= start) and (end is None or r.at <= end)]
+        if len(inside) < 2:
+            return {"error": "fewer than two readings inside the window"}
+        return window(inside[0], inside[-1], self.graph_max_tokens)
 
 
 # ---- the scenarios ------------------------------------------------------------------------------

@@ -45,3 +45,17 @@ def test_loaded_sends_poisson_arrivals_and_reports_percentiles(chorus_server):
     assert "error" not in steps, steps
     assert steps["steps"] > 0 and steps["mean_packed_tokens"] > 0 and steps["mean_step_ms"] > 0
     assert 0 < steps["in_step_share"] <= 1.05
+
+
+def test_step_watch_window_takes_only_the_readings_inside_it():
+    """A level's busy share counts its measured seconds only: readings of the ramp before and
+    of the idle tail after would dilute it."""
+    watch = ws.StepWatch("http://unused")
+    busy_from_5_to_15 = [(t, max(0.0, min(t, 15.0) - 5.0)) for t in range(0, 31, 5)]
+    watch.readings = [ws.StepTotals(at=t, steps=100 * s, step_seconds=s, observed=100 * s, tokens=1000 * s,
+                                    over_graph=0) for t, s in busy_from_5_to_15]
+    watch.first, watch.last = watch.readings[0], watch.readings[-1]
+    assert watch.result()["in_step_share"] == round(10 / 30, 3)
+    assert watch.result(5.0, 15.0)["in_step_share"] == 1.0
+    assert watch.result(5.0, 15.0)["wall_s"] == 10.0
+    assert "error" in watch.result(6.0, 9.0)  # no two readings inside
