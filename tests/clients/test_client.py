@@ -224,6 +224,23 @@ def test_voice_library_upload_use_delete(chorus_url, reference_wav):
     assert gone.status == 404
 
 
+def test_the_http_client_is_made_on_the_first_voice_call_only(chorus_url):
+    """An agent that only streams builds no HTTP client (its pool and TLS context cost more
+    than the rest of the client); the first voice-library call makes it, `close` ends it."""
+
+    async def go():
+        client = ChorusClient(chorus_url)
+        await client.synthesize("Only speech.", options=FAST).collect()
+        streamed_only = client._http
+        await client.list_voices()
+        made = client._http
+        await client.close()
+        return streamed_only, made, client._http
+
+    streamed_only, made, closed = run(go())
+    assert streamed_only is None and isinstance(made, httpx.AsyncClient) and made.is_closed and closed is None
+
+
 def test_busy_and_http_errors_keep_the_retry_hint():
     busy = error_from({"type": "error", "id": "r1", "code": "busy", "message": "full", "retry_after_ms": 250})
     assert isinstance(busy, BusyError) and busy.retry_after_ms == 250 and busy.request_id == "r1"
