@@ -1,10 +1,12 @@
 """Voice agents against `chorus serve`: how many a server sustains, deadline vs FIFO scheduling.
 
-Each simulated agent opens a text stream per turn and appends an LLM-like answer (2-8
+Each simulated agent is a `chorus_client.ChorusClient` (the client agents use, one
+connection). It opens a text stream per turn and appends an LLM-like answer (2-8
 sentences, word by word at a seeded 20-80 words a second), closes it, plays the audio back in
 simulated real time, thinks (1-3 s) and starts the next turn. Per turn it records the first
-audio after the first sentence was complete (its last character sent) and every underrun:
-the moment playback had nothing left to play before the stream's `done`, and for how long.
+audio after the first sentence was complete (its last character sent; the audio's time is
+`AudioChunk.received_at`, when the frame came off the socket) and every underrun: the moment
+playback had nothing left to play before the stream's `done`, and for how long.
 
 A level runs N agents: they join one by one over `--ramp-seconds` (as users arrive; N first
 sentences in the same instant is a burst, which the Poisson scenario measures), then all of
@@ -33,15 +35,15 @@ import json
 import os
 import random
 import shlex
-import struct
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-import websockets
+from chorus_client import AudioChunk, Cancelled, ChorusClient, ChorusError, Done, TextStream
 
 from bench import ws_bench
 from bench.metrics import emit_report, percentile, stats
@@ -79,44 +81,60 @@ class Turn:
         return (self.first_audio_at - self.first_sentence_at) * 1000.0
 
 
-async def _feed(ws, sid: str, text: str, wps: float, turn: Turn, options: dict) -> None:
-    await ws.send(json.dumps({"type": "stream_open", "id": sid, "progress": False, "options": options}))
-    words = text.split(" ")
-    for i, word in enumerate(words):
-        await ws.send(json.dumps({"type": "stream_append", "id": sid, "text": word if i == 0 else " " + word}))
-        if turn.first_sentence_at is None and word[-1] in SENTENCE_ENDS:
-            turn.first_sentence_at = time.perf_counter()
-        await asyncio.sleep(1.0 / wps)
-    await ws.send(json.dumps({"type": "stream_close", "id": sid}))
+async def speak(stream: TextStream, feed: Callable[[], Awaitable[None]], turn: Turn,
+                on_audio: Callable[[AudioChunk], None]) -> None:
+    """Open the stream, feed its text (`feed`, a task) while its events are read: each audio
+    frame to `on_audio`, the end to `turn.outcome` (`done`, `cancelled` or `error:CODE`)."""
+    feeder = None
+    try:
+        await stream.start()
+        feeder = asyncio.create_task(feed())
+        async for event in stream:
+            if isinstance(event, AudioChunk):
+                on_audio(event)
+            elif isinstance(event, Done):
+                turn.outcome = "done"
+            elif isinstance(event, Cancelled):
+                turn.outcome = "cancelled"
+    except ChorusError as exc:  # the server's error for this stream, or the connection lost
+        turn.outcome = f"error:{exc.code}"
+    finally:
+        if feeder is not None:
+            await feeder
 
 
-async def run_turn(ws, sid: str, rng: random.Random, options: dict, sentences: tuple[int, int]) -> Turn:
+async def _feed(stream: TextStream, text: str, wps: float, turn: Turn) -> None:
+    try:
+        words = text.split(" ")
+        for i, word in enumerate(words):
+            await stream.append(word if i == 0 else " " + word)
+            if turn.first_sentence_at is None and word[-1] in SENTENCE_ENDS:
+                turn.first_sentence_at = time.perf_counter()
+            await asyncio.sleep(1.0 / wps)
+        await stream.close()
+    except ChorusError:  # the connection is gone: the stream's reader reports it
+        pass
+
+
+async def run_turn(client: ChorusClient, rng: random.Random, options: dict, sentences: tuple[int, int]) -> Turn:
     """One answer spoken: send it at the agent's pace, play what comes back in real time."""
     turn = Turn()
-    feeder = asyncio.create_task(_feed(ws, sid, answer(rng, sentences), rng.uniform(20, 80), turn, options))
+    text, wps = answer(rng, sentences), rng.uniform(20, 80)
     play_end = None  # when the audio received so far will have finished playing (perf_counter)
-    try:
-        while True:
-            frame = await ws.recv()
-            now = time.perf_counter()
-            if isinstance(frame, bytes):
-                (n,) = struct.unpack(">I", frame[:4])
-                header = json.loads(frame[4 : 4 + n])
-                seconds = header["samples"] / header["sample_rate"]
-                if play_end is None:
-                    turn.first_audio_at, play_end = now, now
-                elif now > play_end:  # playback ran dry before this frame came
-                    turn.underruns.append((round(play_end - turn.first_audio_at, 3), round(now - play_end, 4)))
-                    play_end = now
-                play_end += seconds
-                turn.audio_seconds += seconds
-                continue
-            msg = json.loads(frame)
-            if msg.get("id") == sid and msg["type"] in ("done", "cancelled", "error"):
-                turn.outcome = msg["type"] if msg["type"] != "error" else f"error:{msg['code']}"
-                break
-    finally:
-        await feeder
+
+    def play(chunk: AudioChunk) -> None:
+        nonlocal play_end
+        now = chunk.received_at
+        if play_end is None:
+            turn.first_audio_at, play_end = now, now
+        elif now > play_end:  # playback ran dry before this frame came
+            turn.underruns.append((round(play_end - turn.first_audio_at, 3), round(now - play_end, 4)))
+            play_end = now
+        play_end += chunk.seconds
+        turn.audio_seconds += chunk.seconds
+
+    stream = client.stream(progress=False, options=options)
+    await speak(stream, lambda: _feed(stream, text, wps, turn), turn, play)
     if play_end is not None:
         await asyncio.sleep(max(0.0, play_end - time.perf_counter()))  # listen to the end
     return turn
@@ -177,49 +195,42 @@ class PlaybackClock:
         return None if self.anchor is None else self.anchor + total_samples / sample_rate
 
 
-async def _feed_pieces(ws, sid: str, pieces: list[str], turn: VoiceTurn, options: dict) -> None:
-    await ws.send(json.dumps({"type": "stream_open", "id": sid, "progress": False, "options": options}))
-    first = first_sentence_piece(pieces)
-    t0 = time.perf_counter()
-    for i, piece in enumerate(pieces):
-        await ws.send(json.dumps({"type": "stream_append", "id": sid, "text": piece}))
-        if i == first:
+async def _feed_pieces(stream: TextStream, pieces: list[str], turn: VoiceTurn) -> None:
+    try:
+        first = first_sentence_piece(pieces)
+        t0 = time.perf_counter()
+        for i, piece in enumerate(pieces):
+            await stream.append(piece)
+            if i == first:
+                turn.first_sentence_at = time.perf_counter()
+            await asyncio.sleep(max(0.0, t0 + (i + 1) / TOKENS_PER_S - time.perf_counter()))
+        if turn.first_sentence_at is None:  # no whitespace after the last mark: the close completes it
             turn.first_sentence_at = time.perf_counter()
-        await asyncio.sleep(max(0.0, t0 + (i + 1) / TOKENS_PER_S - time.perf_counter()))
-    if turn.first_sentence_at is None:  # no whitespace after the last mark: the close completes it
-        turn.first_sentence_at = time.perf_counter()
-    await ws.send(json.dumps({"type": "stream_close", "id": sid}))
+        await stream.close()
+    except ChorusError:  # the connection is gone: the stream's reader reports it
+        pass
 
 
-async def voice_agent_turn(ws, sid: str, rng: random.Random, options: dict) -> VoiceTurn:
+async def voice_agent_turn(client: ChorusClient, rng: random.Random, options: dict) -> VoiceTurn:
     """One answer streamed in as an LLM writes it and played back in real time."""
     text = voice_agent_answer(rng)
     pieces = [text[i:i + PIECE_CHARS] for i in range(0, len(text), PIECE_CHARS)]
     turn = VoiceTurn()
     clock = PlaybackClock()
     total = rate = 0
-    feeder = asyncio.create_task(_feed_pieces(ws, sid, pieces, turn, options))
-    try:
-        while True:
-            frame = await ws.recv()
-            now = time.perf_counter()
-            if isinstance(frame, bytes):
-                (n,) = struct.unpack(">I", frame[:4])
-                header = json.loads(frame[4 : 4 + n])
-                rate = header["sample_rate"]
-                if turn.first_audio_at is None:
-                    turn.first_audio_at = now
-                late = clock.arrive(now, header["offset_samples"], rate)
-                if late > 0:
-                    turn.underruns.append(round(late, 4))
-                total = max(total, header["offset_samples"] + header["samples"])
-                continue
-            msg = json.loads(frame)
-            if msg.get("id") == sid and msg["type"] in ("done", "cancelled", "error"):
-                turn.outcome = msg["type"] if msg["type"] != "error" else f"error:{msg['code']}"
-                break
-    finally:
-        await feeder
+
+    def play(chunk: AudioChunk) -> None:
+        nonlocal total, rate
+        rate = chunk.sample_rate
+        if turn.first_audio_at is None:
+            turn.first_audio_at = chunk.received_at
+        late = clock.arrive(chunk.received_at, chunk.offset_samples, rate)
+        if late > 0:
+            turn.underruns.append(round(late, 4))
+        total = max(total, chunk.offset_samples + chunk.samples)
+
+    stream = client.stream(progress=False, options=options)
+    await speak(stream, lambda: _feed_pieces(stream, pieces, turn), turn, play)
     turn.audio_seconds = total / rate if rate else 0.0
     end = clock.ends_at(total, rate) if rate else None
     if end is not None:
@@ -229,14 +240,14 @@ async def voice_agent_turn(ws, sid: str, rng: random.Random, options: dict) -> V
 
 async def voice_agent_loop(url: str, index: int, seed: int, until: float, options: dict,
                            start_in: float = 0.0) -> list[VoiceTurn]:
-    """One voice agent: turn after turn on one socket until `until`, a 0.5-1.5 s pause after each."""
+    """One voice agent: turn after turn on one connection until `until`, a 0.5-1.5 s pause after each."""
     rng = random.Random(seed * 100003 + index)
     turns: list[VoiceTurn] = []
-    async with websockets.connect(url, max_size=None) as ws:
-        await ws.recv()  # ready
+    async with ChorusClient(url) as client:
+        await client.connect()  # the server's `ready`
         await asyncio.sleep(start_in)
         while time.perf_counter() < until:
-            turns.append(await voice_agent_turn(ws, f"t{len(turns)}", rng, options))
+            turns.append(await voice_agent_turn(client, rng, options))
             await asyncio.sleep(rng.uniform(0.5, 1.5))  # the user answers
     return turns
 
@@ -245,11 +256,11 @@ async def agent(url: str, index: int, seed: int, until: float, options: dict,
                 sentences: tuple[int, int], start_in: float = 0.0) -> list[Turn]:
     rng = random.Random(seed * 100003 + index)
     turns: list[Turn] = []
-    async with websockets.connect(url, max_size=None) as ws:
-        await ws.recv()  # ready
+    async with ChorusClient(url) as client:
+        await client.connect()  # the server's `ready`
         await asyncio.sleep(start_in)
         while time.perf_counter() < until:
-            turns.append(await run_turn(ws, f"t{len(turns)}", rng, options, sentences))
+            turns.append(await run_turn(client, rng, options, sentences))
             think = rng.uniform(1.0, 3.0)  # the user speaks, the LLM thinks
             if time.perf_counter() + think >= until:
                 break  # no turn would start in this level: do not wait for nothing

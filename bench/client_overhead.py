@@ -23,19 +23,13 @@ import importlib.util
 import json
 import statistics
 import struct
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import websockets
-
-ROOT = Path(__file__).resolve().parents[1]
-if importlib.util.find_spec("chorus_client") is None:
-    sys.path.insert(0, str(ROOT / "client"))
-
-from chorus_client import AudioChunk, ChorusClient  # noqa: E402 - the checkout's client when not installed
+from chorus_client import AudioChunk, ChorusClient  # the checkout's when not installed: bench/__init__.py
 
 TEXT = "Sure, I can help with that. Which day works best for you?"
 Measure = Callable[[str], Awaitable[float]]

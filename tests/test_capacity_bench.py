@@ -1,14 +1,16 @@
 """The capacity curve's arithmetic: the voice agent's first-sentence piece, its playback clock,
-and the capacity fraction read from the levels."""
+and the capacity fraction read from the levels; and one voice agent (a `chorus_client`
+client) speaking against a real server."""
 
 from __future__ import annotations
 
 import random
+import time
 
 import pytest
 
 from bench.agents import PIECE_CHARS, PlaybackClock, first_sentence_piece, voice_agent_answer
-from bench.capacity import capacity_fraction
+from bench.capacity import _agents_share, capacity_fraction
 
 pytestmark = pytest.mark.bench
 
@@ -46,3 +48,16 @@ def test_the_capacity_is_the_highest_level_up_to_which_every_level_passed():
                                                                       (0.4, True))]
     assert capacity_fraction(levels) == 0.2
     assert capacity_fraction(levels[2:]) is None
+
+
+def test_a_voice_agent_speaks_through_the_client_and_is_timed(chorus_server):
+    """The capacity curve's agent share as it runs a level, for one agent and one turn or two:
+    each turn ends `done`, its first audio is timed after the first sentence went out, its
+    audio is what the frames' offsets span, and any stall is a positive lateness."""
+    turns = _agents_share(chorus_server.ws_url, [0], seed=1, until=time.perf_counter() + 3.0, starts=[0.0],
+                          options={"num_step": 2})
+    assert turns and all(t["outcome"] == "done" for t in turns)
+    for t in turns:
+        assert t["first_sentence_at"] is not None and t["first_audio_at"] > t["first_sentence_at"]
+        assert t["first_audio_ms"] == pytest.approx((t["first_audio_at"] - t["first_sentence_at"]) * 1000)
+        assert t["audio_seconds"] > 0 and all(u > 0 for u in t["underruns"])

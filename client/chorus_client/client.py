@@ -1,9 +1,10 @@
 """`ChorusClient`: one object for the WebSocket (synthesize, text streams, ping) and the
 HTTP voice library of one Chorus server.
 
-The WebSocket opens on first use and is shared by every request and stream; if it closes,
-the requests in flight fail with `ConnectionLostError` and the next call opens a new one
-(`reconnect_attempts` tries, `reconnect_backoff_s` doubling between them).
+The WebSocket opens on first use and is shared by every request and stream (the HTTP client
+is made on the first voice-library call); if it closes, the requests in flight fail with
+`ConnectionLostError` and the next call opens a new one (`reconnect_attempts` tries,
+`reconnect_backoff_s` doubling between them).
 """
 
 from __future__ import annotations
@@ -51,8 +52,9 @@ class ChorusClient:
         self.reconnect_backoff_s = reconnect_backoff_s
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         self._headers = headers
-        self._http = httpx.AsyncClient(base_url=self.http_url, headers=headers, timeout=http_timeout)
-        self.voices = VoicesAPI(self._http)
+        self._http_timeout = http_timeout
+        self._http: httpx.AsyncClient | None = None
+        self.voices = VoicesAPI(self._http_client)
         self._conn: Connection | None = None
         self._connect_lock = asyncio.Lock()
         self._ids = itertools.count(1)
@@ -77,7 +79,9 @@ class ChorusClient:
         if self._conn is not None:
             await self._conn.close()
             self._conn = None
-        await self._http.aclose()
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
 
     async def ping(self) -> None:
         await (await self._connection()).ping()
@@ -117,6 +121,13 @@ class ChorusClient:
 
     async def delete_voice(self, voice_id: str) -> None:
         await self.voices.delete(voice_id)
+
+    def _http_client(self) -> httpx.AsyncClient:
+        """The HTTP client, made on first use: a caller that only streams (an agent, each of
+        the agents benchmark's hundreds) never builds its connection pool and TLS context."""
+        if self._http is None:
+            self._http = httpx.AsyncClient(base_url=self.http_url, headers=self._headers, timeout=self._http_timeout)
+        return self._http
 
     async def _connection(self) -> Connection:
         conn = self._conn

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,7 +99,7 @@ class Connection:
         try:
             async for frame in self.ws:
                 if isinstance(frame, bytes):
-                    chunk = parse_audio(frame)
+                    chunk = parse_audio(frame, received_at=time.perf_counter())
                     self._deliver(chunk.request_id, chunk)
                     continue
                 msg = json.loads(frame)

@@ -2,7 +2,9 @@
 
 `AudioChunk.data` is the frame's payload as sent (`pcm_s16le` by default; the client never
 decodes audio, so it needs no numpy). Sample positions stay in samples at the request's
-`sample_rate`; the `*_seconds` properties convert.
+`sample_rate`; the `*_seconds` properties convert. `AudioChunk.received_at` is when the
+frame came off the socket, so a caller that measures latency times the network, not its own
+queue.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ class AudioChunk:
     final: bool = False
     segment: int | None = None  # streams only
     offset_samples: int | None = None  # streams only: where this frame starts in the stream's audio
+    received_at: float = 0.0  # time.perf_counter() when the client read the frame off the socket
     header: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,9 @@ def http_error(response: httpx.Response) -> ChorusError:
 
 
 class VoicesAPI:
-    def __init__(self, http: httpx.AsyncClient):
+    """The `/v1/voices` calls; `http` gives the client's HTTP client (made on first use)."""
+
+    def __init__(self, http: Callable[[], httpx.AsyncClient]):
         self._http = http
 
     async def list(self) -> list[Voice]:
@@ -73,12 +76,12 @@ class VoicesAPI:
         return Voice.from_wire(await self._json("POST", "/v1/voices", data=data, files=files))
 
     async def delete(self, voice_id: str) -> None:
-        response = await self._http.delete(f"/v1/voices/{voice_id}")
+        response = await self._http().delete(f"/v1/voices/{voice_id}")
         if response.status_code >= 400:
             raise http_error(response)
 
     async def _json(self, method: str, path: str, **kwargs: Any) -> Any:
-        response = await self._http.request(method, path, **kwargs)
+        response = await self._http().request(method, path, **kwargs)
         if response.status_code >= 400:
             raise http_error(response)
         return response.json()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import struct
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -103,14 +104,16 @@ def dumps(frame: dict[str, Any]) -> str:
     return json.dumps(frame, separators=(",", ":"), ensure_ascii=False)
 
 
-def parse_audio(frame: bytes) -> AudioChunk:
-    """A binary audio frame: 4-byte big-endian header length, JSON header, samples."""
+def parse_audio(frame: bytes, received_at: float | None = None) -> AudioChunk:
+    """A binary audio frame: 4-byte big-endian header length, JSON header, samples.
+    `received_at` (`time.perf_counter()`, now when not given) is when it came off the socket."""
     (n,) = struct.unpack(">I", frame[:4])
     header = json.loads(frame[4:4 + n])
     return AudioChunk(request_id=header["id"], data=frame[4 + n:], sample_rate=header["sample_rate"],
                       encoding=header["encoding"], samples=header["samples"], chunk=header.get("chunk", 0),
                       final=bool(header.get("final")), segment=header.get("segment"),
-                      offset_samples=header.get("offset_samples"), header=header)
+                      offset_samples=header.get("offset_samples"),
+                      received_at=time.perf_counter() if received_at is None else received_at, header=header)
 
 
 def parse_ready(msg: dict[str, Any]) -> Ready:

@@ -5,6 +5,9 @@ pass-through of the newer protocol fields, and reconnecting after the socket clo
 from __future__ import annotations
 
 import asyncio
+import json
+import struct
+import time
 
 import httpx
 import pytest
@@ -27,7 +30,7 @@ from chorus_client import (
 )
 from chorus_client.errors import error_from
 from chorus_client.voices import http_error
-from chorus_client.wire import request_frame
+from chorus_client.wire import parse_audio, request_frame
 
 from tests.clients.chorus_process import ChorusProcess
 
@@ -62,6 +65,36 @@ def test_synthesize_yields_ordered_audio_then_done(chorus_url):
     assert all(len(a.data) == 2 * a.samples and a.sample_rate == ready.sample_rate for a in audio)
     assert events[-1].chunks == len(audio)
     assert events[-1].audio_seconds == pytest.approx(sum(a.samples for a in audio) / ready.sample_rate, abs=1e-3)
+
+
+def test_audio_carries_when_it_came_off_the_socket(chorus_url):
+    """`received_at` is stamped by the reader as each frame arrives: after the text that asked
+    for it was sent, no later than the caller sees the chunk, in arrival order."""
+
+    async def go():
+        async with ChorusClient(chorus_url) as client:
+            await client.connect()
+            async with client.stream(options=FAST) as stream:
+                await stream.append(ANSWER)
+                sent_at = time.perf_counter()
+                await stream.close()
+                seen = [(event, time.perf_counter()) async for event in stream]
+            return sent_at, seen
+
+    sent_at, seen = run(go())
+    audio = [(e, at) for e, at in seen if isinstance(e, AudioChunk)]
+    assert len(audio) > 1 and isinstance(seen[-1][0], Done)
+    assert all(sent_at <= e.received_at <= at for e, at in audio)
+    arrivals = [e.received_at for e, _ in audio]
+    assert arrivals == sorted(arrivals)
+
+
+def test_parse_audio_keeps_the_given_arrival_time():
+    head = json.dumps({"id": "a", "sample_rate": 24000, "encoding": "pcm_s16le", "samples": 2}).encode()
+    frame = struct.pack(">I", len(head)) + head + b"\x00\x00\x01\x00"
+    assert parse_audio(frame, received_at=12.5).received_at == 12.5
+    before = time.perf_counter()
+    assert before <= parse_audio(frame).received_at <= time.perf_counter()
 
 
 def test_requests_and_streams_share_one_connection(chorus_url):
@@ -189,6 +222,23 @@ def test_voice_library_upload_use_delete(chorus_url, reference_wav):
     assert fetched.id == voice.id
     assert spoken.done is not None and cloned.done is not None
     assert gone.status == 404
+
+
+def test_the_http_client_is_made_on_the_first_voice_call_only(chorus_url):
+    """An agent that only streams builds no HTTP client (its pool and TLS context cost more
+    than the rest of the client); the first voice-library call makes it, `close` ends it."""
+
+    async def go():
+        client = ChorusClient(chorus_url)
+        await client.synthesize("Only speech.", options=FAST).collect()
+        streamed_only = client._http
+        await client.list_voices()
+        made = client._http
+        await client.close()
+        return streamed_only, made, client._http
+
+    streamed_only, made, closed = run(go())
+    assert streamed_only is None and isinstance(made, httpx.AsyncClient) and made.is_closed and closed is None
 
 
 def test_busy_and_http_errors_keep_the_retry_hint():

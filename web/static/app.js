@@ -4,7 +4,7 @@
 // WebSocket.
 
 import { audioContext, stats } from "./audio.js";
-import { Connection } from "./connection.js";
+import { ChorusClient } from "./client.js";
 import { composeInstruct, fillDesignSelects } from "./design.js";
 import { $, announce } from "./dom.js";
 import { FieldErrors, errorTarget } from "./field-errors.js";
@@ -14,7 +14,7 @@ import { LexiconPanel } from "./lexicon.js";
 import { VoiceLibrary } from "./library.js";
 import { LiveSession } from "./live.js";
 import { PlaybackQueue } from "./playback.js";
-import { charCount, exactJson, synthesizeFrame } from "./protocol.js";
+import { charCount, exactJson } from "./protocol.js";
 import { ApiKey, ConnectionStatus } from "./status.js";
 import { VoicesApi } from "./voices.js";
 
@@ -166,54 +166,39 @@ const status = new ConnectionStatus(key, (ready) => {
   lexicon.refresh();
 });
 
-const connection = new Connection(() => key.streamUrl(), {
+// One client for the page (client.js, the Python client's names): every request, the live
+// stream and the status pill share its connection.
+const client = new ChorusClient(() => key.streamUrl(), {
   onState: (connState, detail) => status.show(connState, detail),
-  onMessage: (msg) => route(msg),
-  onAudio: (header, samples) => {
-    if (live.owns(header.id)) live.onAudio(header, samples);
-    else state.jobs.get(header.id)?.onAudio(header, samples);
-  },
-  onLost: () => {
-    live.onLost();
-    for (const job of state.jobs.values()) {
-      if (job.active && job.state !== "connecting") {
-        job.onError("The connection was lost before this request finished. Generate it again once reconnected.");
-      }
-    }
+  onError: (msg) => { // an error frame no request owns
+    serverError(msg, undefined);
+    updateJobsUi();
   },
 });
 
-function route(msg) {
-  if (live.owns(msg.id)) {
-    live.onMessage(msg);
-    return;
-  }
-  const job = msg.id != null ? state.jobs.get(msg.id) : undefined;
-  switch (msg.type) {
-    case "accepted":
-      job?.onAccepted(msg);
-      break;
-    case "progress":
-      job?.onProgress(msg);
-      break;
-    case "words":
-      job?.onWords(msg);
-      break;
-    case "done":
-      job?.onDone(msg);
+// A result card follows its request's events.
+function follow(job, request) {
+  return request
+    .on("accepted", (msg) => job.onAccepted(msg))
+    .on("progress", (msg) => job.onProgress(msg))
+    .on("audio", (header, samples) => job.onAudio(header, samples))
+    .on("words", (msg) => job.onWords(msg))
+    .on("done", (msg) => {
+      job.onDone(msg);
       updateJobsUi();
-      break;
-    case "cancelled":
-      job?.onCancelled();
+    })
+    .on("cancelled", () => {
+      job.onCancelled();
       updateJobsUi();
-      break;
-    case "error":
-      serverError(msg, job);
-      updateJobsUi();
-      break;
-    default:
-      break; // newer message types are ignored
-  }
+    })
+    .on("error", (msg) => {
+      if (msg.code !== "connection_lost") {
+        serverError(msg, job);
+        updateJobsUi();
+      } else if (job.active) {
+        job.onError("The connection was lost before this request finished. Generate it again once reconnected.");
+      }
+    });
 }
 
 // The error shows next to the control of the field the server names, and on the card.
@@ -230,12 +215,12 @@ function serverError(msg, job, { live: isLive = false } = {}) {
   announce(`Error: ${text}`);
 }
 
-$("reconnect-now").addEventListener("click", () => connection.reconnectNow());
+$("reconnect-now").addEventListener("click", () => client.reconnectNow());
 window.addEventListener("online", () => {
-  if (connection.state === "lost") connection.reconnectNow();
+  if (client.state === "lost") client.reconnectNow();
 });
 
-key.wireForm(() => connection.reconnectNow()); // the voice library reloads once connected
+key.wireForm(() => client.reconnectNow()); // the voice library reloads once connected
 
 // ---------------------------------------------------------------------------- generate
 
@@ -277,8 +262,10 @@ async function generate() {
   audioContext(); // created and resumed inside the click, so playback may start later
   const id = nextId();
   // word timings (the model's own, free): the result's captions
-  const request = { id, text, ...fields, encoding: "pcm_s16le", progress: true, timestamps: "word" };
-  if (knobs.delivery() === "whole") request.stream = "whole";
+  const params = { ...fields, request_id: id, encoding: "pcm_s16le", progress: true, timestamps: "word" };
+  if (knobs.delivery() === "whole") params.stream = "whole";
+  const synthesis = client.synthesize(text, params);
+  const request = synthesis.frame;
 
   const changed = Object.entries(fields.options).map(([k, v]) => `${k} ${v}`);
   const summary = {
@@ -288,6 +275,7 @@ async function generate() {
   };
   const job = new Job(id, state.seq, summary, { cancel: cancelJob, remove: removeJob, announce, queue, downloadMp3, useVoice });
   job.request = request;
+  job.synthesis = follow(job, synthesis);
   job.mp3 = !request.reference; // the HTTP endpoint takes library and built-in voices only
   state.jobs.set(id, job);
   job.mount($("job-list"));
@@ -297,11 +285,11 @@ async function generate() {
   announce(`Request ${job.seq} started.`);
 
   try {
-    await connection.ensureOpen();
+    await client.connect();
   } catch (err) {
     if (!job.active) return;
     job.onError(
-      err.message === "unauthorized"
+      err.code === "unauthorized"
         ? "The server needs a valid API key (see API key, top right)."
         : "Could not reach the server. It will be retried automatically; generate again once connected.",
     );
@@ -310,7 +298,7 @@ async function generate() {
   }
   if (!job.active) return; // cancelled while connecting
   try {
-    connection.send(synthesizeFrame(request));
+    await synthesis.start();
     job.setState("sending");
   } catch {
     job.onError("Could not send the request: the connection closed.");
@@ -349,14 +337,14 @@ async function downloadMp3(job) {
 function cancelJob(job) {
   if (!job.active) return;
   if (job.state === "connecting") {
+    job.synthesis?.cancel(); // not sent: it never will be
     job.onCancelled();
     updateJobsUi();
     return;
   }
-  try {
-    connection.send({ type: "cancel", id: job.id });
+  if (job.synthesis?.cancel()) {
     job.setState("cancelling");
-  } catch {
+  } else {
     job.onCancelled();
     updateJobsUi();
   }
@@ -388,7 +376,7 @@ $("clear-finished").addEventListener("click", () => {
 // ---------------------------------------------------------------------------- live mode
 
 const live = new LiveSession({
-  connection,
+  client,
   nextId,
   request: () => {
     errors.clearAll();
@@ -430,7 +418,7 @@ for (const radio of document.querySelectorAll('input[name="compose-mode"]')) {
 setVoiceMode(voiceMode());
 setComposeMode(composeMode());
 updateJobsUi();
-connection.connect(); // the voice library loads once connected
+client.connect().catch(() => {}); // the voice library loads once connected; the status pill shows failures
 
 // For debugging and the browser tests.
-window.chorus = { state, connection, jobs: state.jobs, limits: state.limits, stats, boot, queue, live, knobs, lexicon };
+window.chorus = { state, client, connection: client.connection, jobs: state.jobs, limits: state.limits, stats, boot, queue, live, knobs, lexicon };

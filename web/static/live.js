@@ -1,24 +1,24 @@
-// Live mode: the text is streamed to the server as it is typed (`stream_open`,
-// `stream_append`, `stream_flush`, `stream_close`) and each sentence is heard as soon as it
-// is complete; the sentence being heard is highlighted, placed by the `segment` frames'
+// Live mode: the text is streamed to the server as it is typed (the client's `stream()`:
+// `append`, `flush`, `close`) and each sentence is heard as soon as it is complete; the sentence being heard is highlighted, placed by the `segment` frames'
 // `offset_samples` against the playback clock. When the stream ends, what was heard stays as a
 // result card (replay, WAV, captions from the segments' timings): `hooks.onFinished`.
 
 import { StreamPlayer, audioContext } from "./audio.js";
 import { $, announce, el } from "./dom.js";
-import { synthesizeFrame, toInt16 } from "./protocol.js";
+import { toInt16 } from "./protocol.js";
 
 const SEND_EVERY_MS = 200; // typed text goes out at most this often
 const PAUSE_FLUSH_MS = 1200; // a pause this long speaks what is buffered
 const READING_WPM = 180; // pasted text is fed in at this pace
 
 export class LiveSession {
-  // hooks: {connection, nextId(), request(): {fields: {voice, reference, instruct, language,
+  // hooks: {client, nextId(), request(): {fields: {voice, reference, instruct, language,
   // options}, label} or null (it showed why), onError(msg, live), stopOthers(),
   // onFinished({chunks, sampleRate, cues, text, label, done})}
   constructor(hooks) {
     this.hooks = hooks;
     this.id = null;
+    this.stream = null; // the client's TextStream while live
     this.state = "off"; // off | opening | open | closing
     this.sent = 0; // characters of the text box already sent
     this.flushed = true;
@@ -41,10 +41,6 @@ export class LiveSession {
       ev.preventDefault();
       this.paste(ev.clipboardData?.getData("text") || "");
     });
-  }
-
-  owns(id) {
-    return id != null && id === this.id;
   }
 
   setState(state, text) {
@@ -73,14 +69,15 @@ export class LiveSession {
     this.player = new StreamPlayer(this.id);
     this.setState("opening", "Connecting…");
     try {
-      await this.hooks.connection.ensureOpen();
+      await this.hooks.client.connect();
       // Text typed before Start is spoken too: it opens the stream.
       const text = this.box.value;
       this.sent = text.length;
       this.flushed = !text.trim();
-      const frame = { id: this.id, ...request, encoding: "pcm_s16le", progress: false, timestamps: "word" };
-      if (text.trim()) frame.text = text;
-      this.hooks.connection.send(synthesizeFrame(frame, "stream_open"));
+      const fields = { ...request, request_id: this.id, encoding: "pcm_s16le", progress: false, timestamps: "word" };
+      if (text.trim()) fields.text = text;
+      this.stream = this.listen(this.hooks.client.stream(fields));
+      await this.stream.start();
     } catch {
       this.end("Could not reach the server; try again once connected.");
       return;
@@ -115,7 +112,7 @@ export class LiveSession {
     if (this.state !== "open") return;
     const piece = this.box.value.slice(this.sent);
     if (!piece) return;
-    this.send({ type: "stream_append", id: this.id, text: piece });
+    this.send(() => this.stream.append(piece));
     this.sent += piece.length;
     this.flushed = false;
   }
@@ -130,7 +127,7 @@ export class LiveSession {
     clearTimeout(this.pauseTimer);
     this.sendTyped();
     if (this.state !== "open" || this.flushed) return;
-    this.send({ type: "stream_flush", id: this.id });
+    this.send(() => this.stream.flush());
     this.flushed = true;
   }
 
@@ -170,42 +167,43 @@ export class LiveSession {
     }
     clearTimeout(this.pauseTimer);
     this.sendTyped();
-    this.send({ type: "stream_close", id: this.id });
+    this.send(() => this.stream.close());
     this.setState("closing", "Speaking the rest…");
   }
 
-  send(frame) {
+  send(call) {
     try {
-      this.hooks.connection.send(frame);
+      call();
     } catch {
       this.end("The connection closed; the live stream ended.");
     }
   }
 
-  // ---- from the server
+  // ---- from the server: the stream's events (a stream this session has left is not heard)
 
-  onMessage(msg) {
-    switch (msg.type) {
-      case "segment":
-        this.onSegment(msg);
-        break;
-      case "words": // the captions of the result card, word by word
+  listen(stream) {
+    const mine = (handler) => (...args) => {
+      if (this.stream === stream) handler(...args);
+    };
+    return stream
+      .on("segment", mine((msg) => this.onSegment(msg)))
+      .on("words", mine((msg) => { // the captions of the result card, word by word
         if (this.recording) for (const w of msg.words) this.recording.words.push({ text: w.text, start: w.start_samples, end: w.end_samples });
-        break;
-      case "done":
+      }))
+      .on("audio", mine((header, samples) => this.onAudio(header, samples)))
+      .on("done", mine((msg) => {
         this.end(null, false, msg);
         announce("Live stream finished.");
-        break;
-      case "cancelled":
-        this.end(null, false, { type: "done", id: msg.id });
-        break;
-      case "error":
+      }))
+      .on("cancelled", mine((msg) => this.end(null, false, { type: "done", id: msg.id })))
+      .on("error", mine((msg) => {
+        if (msg.code === "connection_lost") {
+          this.end("The connection was lost; the live stream ended.");
+          return;
+        }
         this.hooks.onError(msg, this);
         this.end(msg.code === "stream_idle" ? "The stream ended after a long pause; press Start live to go on." : null, true);
-        break;
-      default:
-        break;
-    }
+      }));
   }
 
   onAudio(header, samples) {
@@ -281,6 +279,7 @@ export class LiveSession {
     }
     this.sent = 0;
     this.id = null;
+    this.stream = null;
     this.setState("off", failed ? "Stopped" : "Finished");
   }
 
@@ -296,10 +295,5 @@ export class LiveSession {
     // captions: word by word where the server sent timings, else sentence by sentence
     const cues = rec.words.length ? rec.words : sentences;
     this.hooks.onFinished({ ...rec, cues, segments: sentences.length, text, done });
-  }
-
-  // The connection was lost mid-stream.
-  onLost() {
-    if (this.state !== "off") this.end("The connection was lost; the live stream ended.");
   }
 }

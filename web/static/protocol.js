@@ -1,5 +1,6 @@
-// The Chorus wire protocol (version 1), as the page speaks it: request frames and binary
-// audio frames.
+// The Chorus wire protocol (version 1), as the page speaks it: request frames as JSON text
+// (64-bit seeds exact) and binary audio frames. client.js speaks it; the page's modules use
+// the client.
 
 export const PROTOCOL_VERSION = 1;
 
@@ -19,11 +20,6 @@ export function exactJson(value) {
     key === "seed" && typeof v === "string" && /^-?\d+$/.test(v) ? `\u0000${v}\u0000` : v,
   );
   return json.replace(/"\\u0000(-?\d+)\\u0000"/g, "$1");
-}
-
-// A `synthesize` (or `stream_open`) frame.
-export function synthesizeFrame(request, type = "synthesize") {
-  return exactJson({ type, ...request });
 }
 
 // A binary audio frame: 4-byte big-endian header length N, N bytes of JSON, the samples.
