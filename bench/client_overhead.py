@@ -116,21 +116,26 @@ def client_kinds(client: ChorusClient, options: Options) -> dict[str, Measure]:
 async def pipecat_kind(url: str, options: Options, sample_rate: int, stack: list) -> Measure:
     """A running Pipecat pipeline (ChorusTTSService -> a sink); a `TTSSpeakFrame` per run."""
     from chorus_client.pipecat import ChorusTTSService
-    from pipecat.frames.frames import Frame, TTSAudioRawFrame, TTSSpeakFrame, TTSStoppedFrame
+    from pipecat.frames.frames import Frame, StartFrame, TTSAudioRawFrame, TTSSpeakFrame, TTSStoppedFrame
     from pipecat.pipeline.pipeline import Pipeline
     from pipecat.pipeline.worker import PipelineParams, PipelineWorker
     from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
     from pipecat.workers.runner import WorkerRunner
 
     class Sink(FrameProcessor):
+        """The pipeline's end: it is running once the StartFrame gets here."""
+
         def __init__(self):
             super().__init__()
+            self.started = asyncio.Event()
             self.first = asyncio.Event()
             self.stopped = asyncio.Event()
 
         async def process_frame(self, frame: Frame, direction: FrameDirection):
             await super().process_frame(frame, direction)
-            if isinstance(frame, TTSAudioRawFrame):
+            if isinstance(frame, StartFrame):
+                self.started.set()
+            elif isinstance(frame, TTSAudioRawFrame):
                 self.first.set()
             elif isinstance(frame, TTSStoppedFrame):
                 self.stopped.set()
@@ -139,16 +144,10 @@ async def pipecat_kind(url: str, options: Options, sample_rate: int, stack: list
     sink = Sink()
     worker = PipelineWorker(Pipeline([ChorusTTSService(url=url, options=options.wire()), sink]),
                             params=PipelineParams(audio_out_sample_rate=sample_rate), cancel_on_idle_timeout=False)
-    started = asyncio.Event()
-
-    @worker.event_handler("on_pipeline_started")
-    async def _started(worker, frame):
-        started.set()
-
     runner = WorkerRunner(handle_sigint=False)
     await runner.add_workers(worker)
     task = asyncio.create_task(runner.run())
-    await asyncio.wait_for(started.wait(), 60)
+    await asyncio.wait_for(sink.started.wait(), 60)
 
     async def stop() -> None:
         await worker.stop_when_done()

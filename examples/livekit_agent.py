@@ -20,12 +20,11 @@ stream when the user interrupts, exactly as `speak()` below does.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import wave
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from agent_kit import agent_arguments, llm_tokens, save_wav
 from chorus_client import livekit as chorus
 from livekit.agents.types import USERDATA_TIMED_TRANSCRIPT
 
@@ -34,15 +33,6 @@ ANSWERS = [
     "Your room is ready. It is on the fourth floor, next to the lift. Breakfast is from seven.",
     "You are welcome. Have a pleasant stay!",
 ]
-
-
-def llm_tokens(text: str) -> Iterable[str]:
-    """Stand-in for an LLM's stream: pieces of 1-4 characters."""
-    i = 0
-    while i < len(text):
-        n = 1 + i % 4
-        yield text[i:i + n]
-        i += n
 
 
 @dataclass
@@ -84,12 +74,7 @@ async def run_agent(url: str, answers: list[str], *, barge_in: Iterable[int] = (
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("url", help="the Chorus server, e.g. http://127.0.0.1:8000")
-    parser.add_argument("--out", default=None, help="save every turn's audio to this WAV file")
-    parser.add_argument("--voice", default=None, help="a library voice id or name (the same for every turn)")
-    parser.add_argument("--num-step", type=int, default=16)
-    args = parser.parse_args()
+    args = agent_arguments(__doc__.splitlines()[0])
     rate = 16000
     turns = asyncio.run(run_agent(args.url, ANSWERS, barge_in=[1], sample_rate=rate, voice=args.voice,
                                   options={"num_step": args.num_step}))
@@ -97,11 +82,7 @@ def main() -> None:
         state = "interrupted" if turn.interrupted else "complete"
         print(f"{len(turn.audio) // 2 / rate:.2f} s of audio in {turn.frames} frames, {state}: {answer}")
     if args.out:
-        with wave.open(args.out, "wb") as w:
-            w.setnchannels(1)
-            w.setsampwidth(2)
-            w.setframerate(rate)
-            w.writeframes(b"".join(t.audio for t in turns))
+        save_wav(args.out, rate, b"".join(t.audio for t in turns))
 
 
 if __name__ == "__main__":

@@ -13,13 +13,12 @@ is; `ChorusTTSService` stays as it is.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import sys
-import wave
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from agent_kit import agent_arguments, llm_tokens, save_wav
 from chorus_client.pipecat import ChorusTTSService
 from loguru import logger
 from pipecat.frames.frames import (
@@ -43,15 +42,6 @@ ANSWERS = [
     "Friday at eight works. I have a table by the window. Shall I book it?",
     "Done. You will get a confirmation by text message. Anything else?",
 ]
-
-
-def llm_tokens(text: str) -> Iterable[str]:
-    """Stand-in for an LLM's stream: pieces of 1-4 characters."""
-    i = 0
-    while i < len(text):
-        n = 1 + i % 4
-        yield text[i:i + n]
-        i += n
 
 
 @dataclass
@@ -171,12 +161,7 @@ async def run_agent(url: str, answers: list[str], *, barge_in: Iterable[int] = (
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("url", help="the Chorus server, e.g. http://127.0.0.1:8000")
-    parser.add_argument("--out", default=None, help="save every turn's audio to this WAV file")
-    parser.add_argument("--voice", default=None, help="a library voice id or name (the same for every turn)")
-    parser.add_argument("--num-step", type=int, default=16)
-    args = parser.parse_args()
+    args = agent_arguments(__doc__.splitlines()[0])
     logger.remove()
     logger.add(sys.stderr, level="WARNING")  # Pipecat logs every frame at DEBUG
     run = asyncio.run(run_agent(args.url, ANSWERS, barge_in=[1], voice=args.voice,
@@ -187,11 +172,7 @@ def main() -> None:
     for error in run.errors:
         print(f"error: {error.error}")
     if args.out:
-        with wave.open(args.out, "wb") as w:
-            w.setnchannels(1)
-            w.setsampwidth(2)
-            w.setframerate(run.sample_rate)
-            w.writeframes(b"".join(bytes(t.audio) for t in run.turns))
+        save_wav(args.out, run.sample_rate, b"".join(bytes(t.audio) for t in run.turns))
     raise SystemExit(1 if run.errors else 0)
 
 

@@ -5,8 +5,9 @@ and the user can barge in (`cancel()`); captions come from the `Segment` events.
     pip install chorus-client
     python examples/voice_agent.py http://127.0.0.1:8000 --out agent.wav
 
-The LLM here is scripted (`scripted_llm`). To plug a real one in, make `llm_tokens` yield
-its stream's text deltas, for example with the `openai` package:
+The LLM here is scripted (`scripted_llm`, from `examples/agent_kit`). To plug a real one in,
+put an async generator of its stream's text deltas where `speak_turn` calls `scripted_llm`,
+for example with the `openai` package:
 
     stream = await openai_client.chat.completions.create(model="gpt-4o-mini", messages=history, stream=True)
     async for part in stream:
@@ -15,11 +16,9 @@ its stream's text deltas, for example with the `openai` package:
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import wave
-from collections.abc import AsyncIterator
 
+from agent_kit import agent_arguments, save_wav, scripted_llm
 from chorus_client import AudioChunk, ChorusClient, Done, Segment, SynthesisOptions
 
 ANSWERS = [
@@ -27,16 +26,6 @@ ANSWERS = [
     "The ten o'clock is with the design team. It is about the new onboarding flow, and they asked for an hour.",
     "Sure, I moved it to eleven and told everyone. Anything else?",
 ]
-
-
-async def scripted_llm(answer: str) -> AsyncIterator[str]:
-    """Stand-in for an LLM: pieces of 1-4 characters, about 40 words a second."""
-    i = 0
-    while i < len(answer):
-        n = 1 + i % 4
-        yield answer[i:i + n]
-        i += n
-        await asyncio.sleep(n / 5 / 40)
 
 
 async def speak_turn(client: ChorusClient, answer: str, *, voice: str | None, barge_in: bool,
@@ -76,21 +65,12 @@ async def run(url: str, out: str | None, voice: str | None, num_step: int) -> No
             print(f"turn {turn}:")
             audio += await speak_turn(client, answer, voice=voice, barge_in=turn == 1, options=options)
     if out:
-        with wave.open(out, "wb") as w:
-            w.setnchannels(1)
-            w.setsampwidth(2)
-            w.setframerate(ready.sample_rate)
-            w.writeframes(bytes(audio))
+        save_wav(out, ready.sample_rate, bytes(audio))
         print(f"saved {out}")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("url", help="the Chorus server, e.g. http://127.0.0.1:8000")
-    parser.add_argument("--out", default=None, help="save the turns' audio to this WAV file")
-    parser.add_argument("--voice", default=None, help="a library voice id or name: the same voice every turn")
-    parser.add_argument("--num-step", type=int, default=16)
-    args = parser.parse_args()
+    args = agent_arguments(__doc__.splitlines()[0])
     asyncio.run(run(args.url, args.out, args.voice, args.num_step))
 
 

@@ -69,20 +69,16 @@ class CheckpointSpec:
 
 SPECS: dict[str, CheckpointSpec] = {
     "full": CheckpointSpec(
-        hidden_size=1024, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
-        head_dim=128, intermediate_size=3072,
-        codec_encoder_hidden=64, codec_decoder_hidden=1024, codec_latent=256, codec_codebook_dim=64,
-        semantic_hidden=768, semantic_layers=12, semantic_heads=12, semantic_intermediate=3072,
-        semantic_conv_dim=512, semantic_conv_pos=128, semantic_conv_pos_groups=16,
-        dtype="float32",
+        hidden_size=1024, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8, head_dim=128,
+        intermediate_size=3072, codec_encoder_hidden=64, codec_decoder_hidden=1024, codec_latent=256,
+        codec_codebook_dim=64, semantic_hidden=768, semantic_layers=12, semantic_heads=12, semantic_intermediate=3072,
+        semantic_conv_dim=512, semantic_conv_pos=128, semantic_conv_pos_groups=16, dtype="float32",
     ),
     "tiny": CheckpointSpec(
-        hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-        head_dim=16, intermediate_size=128,
-        codec_encoder_hidden=4, codec_decoder_hidden=64, codec_latent=16, codec_codebook_dim=8,
-        semantic_hidden=16, semantic_layers=1, semantic_heads=2, semantic_intermediate=32,
-        semantic_conv_dim=16, semantic_conv_pos=16, semantic_conv_pos_groups=4,
-        dtype="float32",
+        hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        intermediate_size=128, codec_encoder_hidden=4, codec_decoder_hidden=64, codec_latent=16, codec_codebook_dim=8,
+        semantic_hidden=16, semantic_layers=1, semantic_heads=2, semantic_intermediate=32, semantic_conv_dim=16,
+        semantic_conv_pos=16, semantic_conv_pos_groups=4, dtype="float32",
     ),
 }
 

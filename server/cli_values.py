@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
+from typing import TypeVar
 
+Number = TypeVar("Number", int, float)
 _UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 1024**2, "mb": 1024**2, "mib": 1024**2,
           "g": 1024**3, "gb": 1024**3, "gib": 1024**3}
 
@@ -31,12 +34,19 @@ def _real(text: str, expected: str) -> float:
     return value
 
 
-def port(text: str) -> int:
-    expected = "a port number 0..65535, e.g. 8000"
-    value = _whole(text, expected)
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"{value} is out of range (expected {expected})")
-    return value
+def _bounded(parse: Callable[[str, str], Number], expected: str, within: Callable[[Number], bool],
+             refusal: str) -> Callable[[str], Number]:
+    """A value type: `parse` reads the text, `within` says whether the value is accepted;
+    `refusal` says why not, from the `value` read or the `text` as given (stripped)."""
+
+    def value_type(text: str) -> Number:
+        value = parse(text, expected)
+        if not within(value):
+            raise argparse.ArgumentTypeError(f"{refusal.format(value=value, text=text.strip())} "
+                                             f"(expected {expected})")
+        return value
+
+    return value_type
 
 
 def integer(text: str) -> int:
@@ -44,45 +54,13 @@ def integer(text: str) -> int:
     return _whole(text, "a whole number, e.g. 0")
 
 
-def positive_int(text: str) -> int:
-    expected = "a positive integer, e.g. 16"
-    value = _whole(text, expected)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{value} is not positive (expected {expected})")
-    return value
-
-
-def non_negative_int(text: str) -> int:
-    expected = "an integer >= 0, e.g. 0"
-    value = _whole(text, expected)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} is negative (expected {expected})")
-    return value
-
-
-def positive_float(text: str) -> float:
-    expected = "a number > 0, e.g. 2.5"
-    value = _real(text, expected)
-    if not 0 < value < math.inf:
-        raise argparse.ArgumentTypeError(f"{text.strip()} is out of range (expected {expected})")
-    return value
-
-
-def non_negative_float(text: str) -> float:
-    expected = "a number >= 0, e.g. 0.5"
-    value = _real(text, expected)
-    if not 0 <= value < math.inf:
-        raise argparse.ArgumentTypeError(f"{text.strip()} is out of range (expected {expected})")
-    return value
-
-
-def share(text: str) -> float:
-    """A share of a whole: 0..1."""
-    expected = "a share 0..1, e.g. 0.15"
-    value = _real(text, expected)
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"{text.strip()} is out of range (expected {expected})")
-    return value
+port = _bounded(_whole, "a port number 0..65535, e.g. 8000", lambda v: 0 <= v <= 65535, "{value} is out of range")
+positive_int = _bounded(_whole, "a positive integer, e.g. 16", lambda v: v > 0, "{value} is not positive")
+non_negative_int = _bounded(_whole, "an integer >= 0, e.g. 0", lambda v: v >= 0, "{value} is negative")
+positive_float = _bounded(_real, "a number > 0, e.g. 2.5", lambda v: 0 < v < math.inf, "{text} is out of range")
+non_negative_float = _bounded(_real, "a number >= 0, e.g. 0.5", lambda v: 0 <= v < math.inf,
+                              "{text} is out of range")
+share = _bounded(_real, "a share 0..1, e.g. 0.15", lambda v: 0 <= v <= 1, "{text} is out of range")  # of a whole
 
 
 def size(text: str) -> int:
@@ -98,3 +76,10 @@ def size(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive size (expected {expected})")
     return value
+
+
+# The value types by name, for a table that names them (server/serve_flags.toml).
+VALUE_TYPES: dict[str, Callable[[str], int | float]] = {
+    "port": port, "integer": integer, "positive_int": positive_int, "non_negative_int": non_negative_int,
+    "positive_float": positive_float, "non_negative_float": non_negative_float, "share": share, "size": size,
+}

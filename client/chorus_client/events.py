@@ -62,22 +62,6 @@ class AudioChunk:
 
 
 @dataclass(frozen=True)
-class WordTiming:
-    text: str
-    start_samples: int
-    end_samples: int
-    sample_rate: int
-
-    @property
-    def start_seconds(self) -> float:
-        return self.start_samples / self.sample_rate
-
-    @property
-    def end_seconds(self) -> float:
-        return self.end_samples / self.sample_rate
-
-
-@dataclass(frozen=True)
 class Words:
     """Word (and with `timestamps="char"`, character) timings of one chunk or segment."""
 
@@ -114,3 +98,21 @@ class Cancelled:
 
 
 Event = Accepted | Progress | AudioChunk | Words | Segment | Done | Cancelled
+
+
+@dataclass(frozen=True)
+class WordTiming:
+    """One word (or character) of a `Words` event, in samples at the request's rate."""
+
+    text: str
+    start_samples: int
+    end_samples: int
+    sample_rate: int
+
+    @property
+    def start_seconds(self) -> float:
+        return self.start_samples / self.sample_rate
+
+    @property
+    def end_seconds(self) -> float:
+        return self.end_samples / self.sample_rate

@@ -86,13 +86,10 @@ class ChorusTTSService(TTSService):
             settings=ChorusTTSSettings(model=None, voice=voice, language=language),
             **kwargs,
         )
-        self._url = url
-        self._api_key = api_key
-        self._reference = reference
-        self._instruct = instruct
-        self._options = options
-        self._timestamps = timestamps
-        self._keep_voice = keep_voice
+        self._url, self._api_key = url, api_key
+        # what every turn's stream asks for besides its voice and language (those are settings)
+        self._turn_request: dict[str, Any] = {"reference": reference, "instruct": instruct, "options": options,
+                                              "timestamps": timestamps, "keep_voice": keep_voice}
         self._own_client = client is None
         self._client = client
         self._streams: dict[str, TextStream] = {}
@@ -191,10 +188,8 @@ class ChorusTTSService(TTSService):
             await self._connect()
         assert self._client is not None
         stream = self._client.stream(
-            request_id=context_id, voice=self._settings.voice or None, reference=self._reference,
-            instruct=self._instruct, language=self._settings.language or None, encoding="pcm_s16le",
-            sample_rate=self.sample_rate, options=self._options, timestamps=self._timestamps,
-            keep_voice=self._keep_voice)
+            request_id=context_id, voice=self._settings.voice or None, language=self._settings.language or None,
+            encoding="pcm_s16le", sample_rate=self.sample_rate, **self._turn_request)
         await stream.start()
         self._streams[context_id] = stream
         self._receivers[context_id] = self.create_task(self._receive(context_id, stream), f"chorus-{context_id}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,10 +45,8 @@ def http_error(response: httpx.Response) -> ChorusError:
         err = ConflictError(err.message, field=err.field, status=409, payload=payload)
     retry_after = response.headers.get("Retry-After")
     if retry_after and err.retry_after_ms is None:
-        try:
+        with contextlib.suppress(ValueError):  # an HTTP date: no hint
             err.retry_after_ms = float(retry_after) * 1000
-        except ValueError:
-            pass
     return err
 
 

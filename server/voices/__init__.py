@@ -1,6 +1,6 @@
-"""The voice library: `store` (the protocol and shared types), `sqlite` (embedded, the
-default) and `postgres` (shared by replicas). `open_voice_library` picks one from the
-settings."""
+"""The voice library: `store` (the protocol and shared types), `sql_library` (what both SQL
+libraries share), `sqlite` (embedded, the default) and `postgres` (shared by replicas).
+`open_voice_library` picks one from the settings."""
 
 from __future__ import annotations
 

@@ -12,21 +12,10 @@ from __future__ import annotations
 import secrets
 import threading
 import time
+from contextlib import contextmanager
 
-from server.text.lexicon import Pronunciation
-from server.voices.store import (
-    KEPT_PREFIX,
-    PRONUNCIATION_PREFIX,
-    VOICE_ID,
-    NameTaken,
-    PronunciationTaken,
-    VoiceInfo,
-    check_room,
-    live,
-    pronunciation_clash,
-    same_name,
-    slug,
-)
+from server.voices.sql_library import COLUMNS, SqlVoiceLibrary, Statements, new_voice, well_formed
+from server.voices.store import KEPT_PREFIX, VoiceInfo
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS chorus_voices (
@@ -45,17 +34,22 @@ _KEPT_COLUMNS = ("ALTER TABLE chorus_voices ADD COLUMN IF NOT EXISTS kept BOOLEA
 _BUILTIN_SCHEMA = "CREATE TABLE IF NOT EXISTS chorus_builtin_voices (key TEXT PRIMARY KEY, blob BYTEA NOT NULL)"
 _LEXICON_SCHEMA = ("CREATE TABLE IF NOT EXISTS chorus_pronunciations (id TEXT PRIMARY KEY, text TEXT NOT NULL, "
                    "say TEXT NOT NULL, voice TEXT, created_at BIGINT NOT NULL, seq BIGSERIAL)")
-_COLUMNS = "id, name, text, seconds, created_at, kept, expires_at"
-
-
-def _info(row) -> VoiceInfo:
-    voice_id, name, text, seconds, created_at, kept, expires_at = row
-    return VoiceInfo(voice_id, name, text, seconds, created_at, kept=bool(kept), expires_at=expires_at)
 _ADD_LOCK = 0x63686F7275730001  # pg_advisory_xact_lock key: serialises adds across replicas
 
 
-class PostgresVoiceStore:
+class PostgresVoiceStore(SqlVoiceLibrary):
     """The shared `VoiceLibrary` (psycopg is imported only when one is opened)."""
+
+    sql = Statements(
+        voice=f"SELECT {COLUMNS} FROM chorus_voices WHERE id = %s",
+        voices=f"SELECT {COLUMNS} FROM chorus_voices ORDER BY created_at, id",
+        pronunciations="SELECT id, text, say, voice FROM chorus_pronunciations ORDER BY seq",
+        add_pronunciation="INSERT INTO chorus_pronunciations (id, text, say, voice, created_at) "
+                          "VALUES (%s, %s, %s, %s, %s)",
+        delete_pronunciation="DELETE FROM chorus_pronunciations WHERE id = %s",
+        builtin="SELECT blob FROM chorus_builtin_voices WHERE key = %s",
+        keep_builtin="INSERT INTO chorus_builtin_voices (key, blob) VALUES (%s, %s) ON CONFLICT (key) DO NOTHING",
+    )
 
     def __init__(self, dsn: str, *, max_voices: int | None = None, max_bytes: int | None = None):
         import psycopg  # lazy: optional (the `postgres` extra)
@@ -75,22 +69,23 @@ class PostgresVoiceStore:
         with self._lock:
             self._conn.close()
 
-    def add(self, name: str | None, text: str, seconds: float, blob: bytes) -> VoiceInfo:
+    def _execute(self, statement: str, params: tuple = ()):
+        return self._conn.execute(statement, params or None)
+
+    @contextmanager
+    def _adding(self):
         with self._lock, self._conn.transaction():
             self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (_ADD_LOCK,))
-            count, stored = self._conn.execute(
-                "SELECT count(*) FILTER (WHERE NOT kept), coalesce(sum(octet_length(blob)), 0) "
-                "FROM chorus_voices").fetchone()
-            check_room(int(count), int(stored), len(blob), self.max_voices, self.max_bytes)
-            if name is not None:  # under the add lock: two replicas cannot both take a name
-                for row in self._conn.execute(f"SELECT {_COLUMNS} FROM chorus_voices"):
-                    if same_name(row[1], name):
-                        raise NameTaken(_info(row))
-            return self._insert(slug(name or "voice"), name, text, seconds, blob)
+            yield
+
+    def _usage(self) -> tuple[int, int]:
+        count, stored = self._conn.execute(
+            "SELECT count(*) FILTER (WHERE NOT kept), coalesce(sum(octet_length(blob)), 0) "
+            "FROM chorus_voices").fetchone()
+        return int(count), int(stored)
 
     def add_kept(self, text: str, seconds: float, blob: bytes, expires_at: int, max_kept: int) -> VoiceInfo:
-        with self._lock, self._conn.transaction():
-            self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (_ADD_LOCK,))
+        with self._adding():
             now = int(time.time())
             self._conn.execute("DELETE FROM chorus_voices WHERE kept AND expires_at <= %s", (now,))
             self._conn.execute(
@@ -103,33 +98,17 @@ class PostgresVoiceStore:
                 expires_at: int | None = None) -> VoiceInfo:
         """One row under a fresh id (the caller holds the lock and the transaction)."""
         while True:
-            voice_id = f"{base}-{secrets.token_hex(4)}"
-            info = VoiceInfo(voice_id, name or voice_id, text, round(float(seconds), 3), int(time.time()),
-                             kept=expires_at is not None, expires_at=expires_at)
+            info = new_voice(f"{base}-{secrets.token_hex(4)}", name, text, seconds, expires_at)
             inserted = self._conn.execute(
-                f"INSERT INTO chorus_voices ({_COLUMNS}, blob) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
+                f"INSERT INTO chorus_voices ({COLUMNS}, blob) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
                 "ON CONFLICT (id) DO NOTHING",
                 (info.id, info.name, info.text, info.seconds, info.created_at, info.kept, info.expires_at, blob),
             ).rowcount
             if inserted:
                 return info
 
-    def get(self, voice_id: str) -> VoiceInfo | None:
-        if not isinstance(voice_id, str) or not VOICE_ID.match(voice_id):
-            return None
-        with self._lock:
-            row = self._conn.execute(f"SELECT {_COLUMNS} FROM chorus_voices WHERE id = %s", (voice_id,)).fetchone()
-        info = _info(row) if row else None
-        return info if info is not None and live(info, time.time()) else None
-
-    def list(self) -> list[VoiceInfo]:
-        with self._lock:
-            rows = self._conn.execute(f"SELECT {_COLUMNS} FROM chorus_voices ORDER BY created_at, id").fetchall()
-        now = time.time()
-        return [info for info in map(_info, rows) if live(info, now)]
-
     def load(self, voice_id: str) -> bytes | None:
-        if not isinstance(voice_id, str) or not VOICE_ID.match(voice_id):
+        if not well_formed(voice_id):
             return None
         with self._lock:
             row = self._conn.execute("SELECT blob FROM chorus_voices WHERE id = %s AND (NOT kept OR expires_at > %s)",
@@ -137,42 +116,7 @@ class PostgresVoiceStore:
         return bytes(row[0]) if row else None
 
     def delete(self, voice_id: str) -> bool:
-        if not isinstance(voice_id, str) or not VOICE_ID.match(voice_id):
+        if not well_formed(voice_id):
             return False
         with self._lock:
             return self._conn.execute("DELETE FROM chorus_voices WHERE id = %s", (voice_id,)).rowcount > 0
-
-    def add_pronunciation(self, text: str, say: str, voice: str | None) -> Pronunciation:
-        with self._lock, self._conn.transaction():
-            self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (_ADD_LOCK,))  # one text, one entry
-            if (clash := pronunciation_clash(self._pronunciations(), text, voice)) is not None:
-                raise PronunciationTaken(clash)
-            entry = Pronunciation(f"{PRONUNCIATION_PREFIX}-{secrets.token_hex(4)}", text, say, voice)
-            self._conn.execute("INSERT INTO chorus_pronunciations (id, text, say, voice, created_at) "
-                               "VALUES (%s, %s, %s, %s, %s)",
-                               (entry.id, entry.text, entry.say, entry.voice, int(time.time())))
-        return entry
-
-    def list_pronunciations(self) -> list[Pronunciation]:
-        with self._lock:
-            return self._pronunciations()
-
-    def _pronunciations(self) -> list[Pronunciation]:
-        rows = self._conn.execute("SELECT id, text, say, voice FROM chorus_pronunciations ORDER BY seq")
-        return [Pronunciation(*row) for row in rows]
-
-    def delete_pronunciation(self, entry_id: str) -> bool:
-        with self._lock:
-            return self._conn.execute("DELETE FROM chorus_pronunciations WHERE id = %s", (entry_id,)).rowcount > 0
-
-    def load_builtin(self, key: str) -> bytes | None:
-        with self._lock:
-            row = self._conn.execute("SELECT blob FROM chorus_builtin_voices WHERE key = %s", (key,)).fetchone()
-        return bytes(row[0]) if row else None
-
-    def save_builtin(self, key: str, blob: bytes) -> bytes:
-        with self._lock:
-            self._conn.execute("INSERT INTO chorus_builtin_voices (key, blob) VALUES (%s, %s) "
-                               "ON CONFLICT (key) DO NOTHING", (key, blob))
-            row = self._conn.execute("SELECT blob FROM chorus_builtin_voices WHERE key = %s", (key,)).fetchone()
-        return bytes(row[0])

@@ -18,21 +18,10 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
-from server.text.lexicon import Pronunciation
-from server.voices.store import (
-    KEPT_PREFIX,
-    PRONUNCIATION_PREFIX,
-    VOICE_ID,
-    NameTaken,
-    PronunciationTaken,
-    VoiceInfo,
-    check_room,
-    live,
-    pronunciation_clash,
-    same_name,
-    slug,
-)
+from server.voices.sql_library import COLUMNS, SqlVoiceLibrary, Statements, new_voice, well_formed
+from server.voices.store import KEPT_PREFIX, VoiceInfo
 
 log = logging.getLogger("chorus.voices")
 
@@ -47,14 +36,8 @@ CREATE TABLE IF NOT EXISTS voices (
     expires_at INTEGER
 )
 """
-_COLUMNS = "id, name, text, seconds, created_at, kept, expires_at"
 # libraries made before kept voices: the two columns are added in place
 _ADDED_COLUMNS = (("kept", "INTEGER NOT NULL DEFAULT 0"), ("expires_at", "INTEGER"))
-
-
-def _info(row) -> VoiceInfo:
-    voice_id, name, text, seconds, created_at, kept, expires_at = row
-    return VoiceInfo(voice_id, name, text, seconds, created_at, kept=bool(kept), expires_at=expires_at)
 # Built-in voices (OpenAI's names), made once per model: not library voices (never listed
 # with them, never deleted), so they live in their own table.
 _BUILTIN_SCHEMA = "CREATE TABLE IF NOT EXISTS builtin_voices (key TEXT PRIMARY KEY, blob BLOB NOT NULL)"
@@ -64,8 +47,18 @@ _LEXICON_SCHEMA = ("CREATE TABLE IF NOT EXISTS pronunciations (id TEXT PRIMARY K
 
 
 @dataclass
-class VoiceStore:
+class VoiceStore(SqlVoiceLibrary):
     """The embedded `VoiceLibrary` (one process owns the folder)."""
+
+    sql: ClassVar[Statements] = Statements(
+        voice=f"SELECT {COLUMNS} FROM voices WHERE id = ?",
+        voices=f"SELECT {COLUMNS} FROM voices ORDER BY created_at, id",
+        pronunciations="SELECT id, text, say, voice FROM pronunciations ORDER BY rowid",
+        add_pronunciation="INSERT INTO pronunciations VALUES (?, ?, ?, ?, ?)",
+        delete_pronunciation="DELETE FROM pronunciations WHERE id = ?",
+        builtin="SELECT blob FROM builtin_voices WHERE key = ?",
+        keep_builtin="INSERT OR IGNORE INTO builtin_voices VALUES (?, ?)",
+    )
 
     root: Path
     max_voices: int | None = None
@@ -93,9 +86,13 @@ class VoiceStore:
 
     def _path(self, voice_id: str) -> Path | None:
         """The token file of a well-formed id, else None (no id can leave the folder)."""
-        if not isinstance(voice_id, str) or not VOICE_ID.match(voice_id):
-            return None
-        return self._tokens / f"{voice_id}.npz"
+        return self._tokens / f"{voice_id}.npz" if well_formed(voice_id) else None
+
+    def _execute(self, statement: str, params: tuple = ()) -> sqlite3.Cursor:
+        return self._db.execute(statement, params)
+
+    def _usage(self) -> tuple[int, int]:
+        return self._db.execute("SELECT count(*) FROM voices WHERE kept = 0").fetchone()[0], self._stored_bytes()
 
     def _sweep(self) -> None:
         """Remove what an interrupted `add` or `delete` left: files without a row (and
@@ -113,19 +110,8 @@ class VoiceStore:
             log.warning("removing a voice whose file is missing", extra={"voice": voice_id})
             self._db.execute("DELETE FROM voices WHERE id = ?", (voice_id,))
 
-    def add(self, name: str | None, text: str, seconds: float, blob: bytes) -> VoiceInfo:
-        """Store an encoded voice: its row and its file, both or neither."""
-        with self._lock:
-            count = self._db.execute("SELECT count(*) FROM voices WHERE kept = 0").fetchone()[0]
-            check_room(count, self._stored_bytes(), len(blob), self.max_voices, self.max_bytes)
-            if name is not None:
-                for row in self._db.execute(f"SELECT {_COLUMNS} FROM voices"):
-                    if same_name(row[1], name):
-                        raise NameTaken(_info(row))
-            return self._insert(slug(name or "voice"), name, text, seconds, blob)
-
     def add_kept(self, text: str, seconds: float, blob: bytes, expires_at: int, max_kept: int) -> VoiceInfo:
-        with self._lock:
+        with self._adding():
             now = int(time.time())
             doomed = [row[0] for row in self._db.execute(
                 "SELECT id FROM voices WHERE kept = 1 AND expires_at <= ?", (now,))]
@@ -145,14 +131,13 @@ class VoiceStore:
                 break
         path = self._path(voice_id)
         assert path is not None
-        info = VoiceInfo(voice_id, name or voice_id, text, round(float(seconds), 3), int(time.time()),
-                         kept=expires_at is not None, expires_at=expires_at)
+        info = new_voice(voice_id, name, text, seconds, expires_at)
         tmp = path.with_suffix(".tmp")
         try:
             tmp.write_bytes(blob)
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                self._db.execute(f"INSERT INTO voices ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                self._db.execute(f"INSERT INTO voices ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
                                  (info.id, info.name, info.text, info.seconds, info.created_at,
                                   int(info.kept), info.expires_at))
                 os.replace(tmp, path)
@@ -175,20 +160,6 @@ class VoiceStore:
                 if entry.is_file() and entry.name.removesuffix(".npz") in ids:
                     total += entry.stat().st_size
         return total
-
-    def get(self, voice_id: str) -> VoiceInfo | None:
-        if self._path(voice_id) is None:
-            return None
-        with self._lock:
-            row = self._db.execute(f"SELECT {_COLUMNS} FROM voices WHERE id = ?", (voice_id,)).fetchone()
-        info = _info(row) if row else None
-        return info if info is not None and live(info, time.time()) else None
-
-    def list(self) -> list[VoiceInfo]:
-        with self._lock:
-            rows = self._db.execute(f"SELECT {_COLUMNS} FROM voices ORDER BY created_at, id").fetchall()
-        now = time.time()
-        return [info for info in map(_info, rows) if live(info, now)]
 
     def load(self, voice_id: str) -> bytes | None:
         """The stored encoded voice, or None when there is no such voice."""
@@ -214,34 +185,3 @@ class VoiceStore:
         gone = self._db.execute("DELETE FROM voices WHERE id = ?", (voice_id,)).rowcount > 0
         path.unlink(missing_ok=True)
         return gone
-
-    def add_pronunciation(self, text: str, say: str, voice: str | None) -> Pronunciation:
-        with self._lock:
-            if (clash := pronunciation_clash(self._pronunciations(), text, voice)) is not None:
-                raise PronunciationTaken(clash)
-            entry = Pronunciation(f"{PRONUNCIATION_PREFIX}-{secrets.token_hex(4)}", text, say, voice)
-            self._db.execute("INSERT INTO pronunciations VALUES (?, ?, ?, ?, ?)",
-                             (entry.id, entry.text, entry.say, entry.voice, int(time.time())))
-        return entry
-
-    def list_pronunciations(self) -> list[Pronunciation]:
-        with self._lock:
-            return self._pronunciations()
-
-    def _pronunciations(self) -> list[Pronunciation]:
-        rows = self._db.execute("SELECT id, text, say, voice FROM pronunciations ORDER BY rowid")
-        return [Pronunciation(*row) for row in rows]
-
-    def delete_pronunciation(self, entry_id: str) -> bool:
-        with self._lock:
-            return self._db.execute("DELETE FROM pronunciations WHERE id = ?", (entry_id,)).rowcount > 0
-
-    def load_builtin(self, key: str) -> bytes | None:
-        with self._lock:
-            row = self._db.execute("SELECT blob FROM builtin_voices WHERE key = ?", (key,)).fetchone()
-        return bytes(row[0]) if row else None
-
-    def save_builtin(self, key: str, blob: bytes) -> bytes:
-        with self._lock:
-            self._db.execute("INSERT OR IGNORE INTO builtin_voices VALUES (?, ?)", (key, blob))
-            return bytes(self._db.execute("SELECT blob FROM builtin_voices WHERE key = ?", (key,)).fetchone()[0])

@@ -1,25 +1,12 @@
 // The advanced settings: one control per synthesis option. Names, defaults and ranges come
-// from the server's options table (the page's boot JSON, `options`); this module only adds
-// the words a person reads (labels, help) and decides how each control looks.
+// from the server's options table (the page's boot JSON, `options`); this module adds the
+// words a person reads (labels, help: knob-words.json) and decides how each control looks.
 
 import { $, el } from "./dom.js";
+// Labels and help, by option name, in the order the panel shows them: words apart from the
+// code. An option the server lists that is not there still gets a control, labelled by its name.
+import TEXT from "./knob-words.json" with { type: "json" };
 
-// Labels and help, by option name, in the order the panel shows them. An option the server
-// lists that is not here still gets a control, labelled by its name.
-const TEXT = {
-  num_step: { label: "Diffusion steps", help: "More steps: better audio, slower." },
-  guidance_scale: { label: "Guidance scale", help: "Classifier-free guidance strength." },
-  t_shift: { label: "Time shift (t_shift)", help: "Shifts the unmasking schedule." },
-  layer_penalty_factor: { label: "Layer penalty", help: "Favours unmasking lower codebook layers first." },
-  position_temperature: { label: "Position temperature", help: "Randomness of which positions unmask." },
-  class_temperature: { label: "Token temperature", help: "0 picks the most likely token (deterministic)." },
-  seed: { label: "Seed", help: "Blank: a new random seed each time." },
-  chunk_seconds: { label: "Chunk length (s)", help: "Target audio length of each streamed text chunk." },
-  chunk_threshold: { label: "Chunking threshold (s)", help: "Text estimated longer than this is split; 0 always splits." },
-  denoise: { label: "Denoise", help: "Ask the model for clean audio." },
-  postprocess: { label: "Post-process", help: "Trim silences and normalise loudness." },
-  normalize_text: { label: "Numbers as words", help: "Read $3.50, 12/05, Dr. as words (normalize_text). [B EY1 S] and pinyin stay as written." },
-};
 // Options with a control of their own rather than a knob of the grid.
 const PACING = ["speed", "duration"];
 const FAST_START = "first_chunk_seconds";

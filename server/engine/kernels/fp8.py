@@ -131,19 +131,22 @@ if triton is not None:
         tl.store(s_ptr + row, scale)
 
     @triton.jit
-    def quantize_rows_kernel(x_ptr, q_ptr, s_ptr, K, stride_x, BLOCK: tl.constexpr):
+    def row_lanes(K, BLOCK: tl.constexpr):
+        """This program's row, its `BLOCK` lanes and which of them hold one of the row's `K` values."""
         row = tl.program_id(0)
         offs = tl.arange(0, BLOCK)
-        keep = offs < K
+        return row, offs, offs < K
+
+    @triton.jit
+    def quantize_rows_kernel(x_ptr, q_ptr, s_ptr, K, stride_x, BLOCK: tl.constexpr):
+        row, offs, keep = row_lanes(K, BLOCK)
         x = tl.load(x_ptr + row * stride_x + offs, mask=keep, other=0.0).to(tl.float32)
         store_quantized(x, q_ptr, s_ptr, row, K, offs, keep)
 
     @triton.jit
     def add_rmsnorm_quantize_kernel(h_ptr, r_ptr, w_ptr, q_ptr, s_ptr, K, stride_h, stride_r, eps,
                                     BLOCK: tl.constexpr):
-        row = tl.program_id(0)
-        offs = tl.arange(0, BLOCK)
-        keep = offs < K
+        row, offs, keep = row_lanes(K, BLOCK)
         x = (tl.load(h_ptr + row * stride_h + offs, mask=keep, other=0.0).to(tl.float32)
              + tl.load(r_ptr + row * stride_r + offs, mask=keep, other=0.0).to(tl.float32))
         tl.store(r_ptr + row * stride_r + offs, x.to(r_ptr.dtype.element_ty), mask=keep)
@@ -154,9 +157,7 @@ if triton is not None:
 
     @triton.jit
     def silu_mul_quantize_kernel(gu_ptr, q_ptr, s_ptr, K, stride_gu, BLOCK: tl.constexpr):
-        row = tl.program_id(0)
-        offs = tl.arange(0, BLOCK)
-        keep = offs < K
+        row, offs, keep = row_lanes(K, BLOCK)
         gate = tl.load(gu_ptr + row * stride_gu + offs, mask=keep, other=0.0).to(tl.float32)
         up = tl.load(gu_ptr + row * stride_gu + K + offs, mask=keep, other=0.0).to(tl.float32)
         y = (gate / (1.0 + tl.exp(-gate)) * up).to(gu_ptr.dtype.element_ty).to(tl.float32)

@@ -17,23 +17,16 @@ except Exception:  # noqa: BLE001
 if triton is not None:
     from triton.language.extra import libdevice
 
+    # `INTERPRET` is a compile-time constant: a compiled kernel holds only the libdevice call
+
     @triton.jit
     def libm_exp(x, INTERPRET: tl.constexpr):
-        if INTERPRET:
-            return tl.exp(x)
-        else:
-            return libdevice.exp(x)
+        return tl.exp(x) if INTERPRET else libdevice.exp(x)
 
     @triton.jit
     def libm_log(x, INTERPRET: tl.constexpr):
-        if INTERPRET:
-            return tl.log(x)
-        else:
-            return libdevice.log(x)
+        return tl.log(x) if INTERPRET else libdevice.log(x)
 
     @triton.jit
     def ieee_div(x, y, INTERPRET: tl.constexpr):
-        if INTERPRET:
-            return x / y
-        else:
-            return tl.math.div_rn(x, y)
+        return x / y if INTERPRET else tl.math.div_rn(x, y)

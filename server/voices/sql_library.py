@@ -1,0 +1,142 @@
+"""What the two SQL voice libraries do alike, whatever their database: a row as a `VoiceInfo`,
+lookups by id, the name check of an add, the pronunciation lexicon and the built-in voices.
+
+A library gives its SQL as `Statements` (each database spells placeholders and tables its own
+way), runs one statement with `_execute`, and says with `_adding` what an add holds (the lock;
+in PostgreSQL also a transaction under an advisory lock shared by every replica). Where the
+voice's bytes live (a file, the row) stays with each library.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from server.text.lexicon import Pronunciation
+from server.voices.store import (
+    PRONUNCIATION_PREFIX,
+    VOICE_ID,
+    NameTaken,
+    PronunciationTaken,
+    VoiceInfo,
+    check_room,
+    live,
+    pronunciation_clash,
+    same_name,
+    slug,
+)
+
+COLUMNS = "id, name, text, seconds, created_at, kept, expires_at"  # a voice's row, as `voice_info` reads it
+
+
+@dataclass(frozen=True)
+class Statements:
+    """The SQL a library spells its own way; `{COLUMNS}` rows where a statement returns voices."""
+
+    voice: str  # one voice by id
+    voices: str  # every voice, oldest first
+    pronunciations: str  # id, text, say, voice of every entry, in order of arrival
+    add_pronunciation: str  # id, text, say, voice, created_at
+    delete_pronunciation: str  # by id
+    builtin: str  # a built-in voice's bytes by key
+    keep_builtin: str  # key, bytes; nothing changes when the key is there
+
+
+def voice_info(row: Any) -> VoiceInfo:
+    voice_id, name, text, seconds, created_at, kept, expires_at = row
+    return VoiceInfo(voice_id, name, text, seconds, created_at, kept=bool(kept), expires_at=expires_at)
+
+
+def new_voice(voice_id: str, name: str | None, text: str, seconds: float, expires_at: int | None) -> VoiceInfo:
+    """The record of a voice stored now (a kept voice when it expires)."""
+    return VoiceInfo(voice_id, name or voice_id, text, round(float(seconds), 3), int(time.time()),
+                     kept=expires_at is not None, expires_at=expires_at)
+
+
+def well_formed(voice_id: object) -> bool:
+    """An id `VOICE_ID` accepts: anything else is no voice, before any lookup."""
+    return isinstance(voice_id, str) and VOICE_ID.match(voice_id) is not None
+
+
+class SqlVoiceLibrary:
+    """The `VoiceLibrary` methods both SQL libraries share; see the module docstring."""
+
+    sql: ClassVar[Statements]
+    max_voices: int | None
+    max_bytes: int | None
+    _lock: threading.Lock
+
+    def _execute(self, statement: str, params: tuple = ()) -> Any:
+        """A cursor over what `statement` returns (the caller holds the lock)."""
+        raise NotImplementedError
+
+    def _adding(self) -> AbstractContextManager:
+        """What an add holds, so two adds never pass a limit or take a name together."""
+        return self._lock
+
+    def _usage(self) -> tuple[int, int]:
+        """Uploaded voices (kept ones are not counted) and their stored bytes."""
+        raise NotImplementedError
+
+    def _insert(self, base: str, name: str | None, text: str, seconds: float, blob: bytes,
+                expires_at: int | None = None) -> VoiceInfo:
+        raise NotImplementedError
+
+    def add(self, name: str | None, text: str, seconds: float, blob: bytes) -> VoiceInfo:
+        """Store an encoded voice: its bytes and its row, both or neither."""
+        with self._adding():
+            count, stored = self._usage()
+            check_room(count, stored, len(blob), self.max_voices, self.max_bytes)
+            if name is not None:
+                for row in self._execute(self.sql.voices):
+                    if same_name(row[1], name):
+                        raise NameTaken(voice_info(row))
+            return self._insert(slug(name or "voice"), name, text, seconds, blob)
+
+    def get(self, voice_id: str) -> VoiceInfo | None:
+        if not well_formed(voice_id):
+            return None
+        with self._lock:
+            row = self._execute(self.sql.voice, (voice_id,)).fetchone()
+        info = voice_info(row) if row else None
+        return info if info is not None and live(info, time.time()) else None
+
+    def list(self) -> list[VoiceInfo]:
+        with self._lock:
+            rows = self._execute(self.sql.voices).fetchall()
+        now = time.time()
+        return [info for info in map(voice_info, rows) if live(info, now)]
+
+    def add_pronunciation(self, text: str, say: str, voice: str | None) -> Pronunciation:
+        with self._adding():  # one text, one entry
+            if (clash := pronunciation_clash(self._pronunciations(), text, voice)) is not None:
+                raise PronunciationTaken(clash)
+            entry = Pronunciation(f"{PRONUNCIATION_PREFIX}-{secrets.token_hex(4)}", text, say, voice)
+            self._execute(self.sql.add_pronunciation, (entry.id, entry.text, entry.say, entry.voice, int(time.time())))
+        return entry
+
+    def list_pronunciations(self) -> list[Pronunciation]:
+        with self._lock:
+            return self._pronunciations()
+
+    def _pronunciations(self) -> list[Pronunciation]:
+        return [Pronunciation(*row) for row in self._execute(self.sql.pronunciations)]
+
+    def delete_pronunciation(self, entry_id: str) -> bool:
+        with self._lock:
+            return self._execute(self.sql.delete_pronunciation, (entry_id,)).rowcount > 0
+
+    def load_builtin(self, key: str) -> bytes | None:
+        with self._lock:
+            row = self._execute(self.sql.builtin, (key,)).fetchone()
+        return bytes(row[0]) if row else None
+
+    def save_builtin(self, key: str, blob: bytes) -> bytes:
+        with self._lock:
+            self._execute(self.sql.keep_builtin, (key, blob))
+            return bytes(self._execute(self.sql.builtin, (key,)).fetchone()[0])
+
