@@ -80,7 +80,7 @@ def model(tiny_checkpoint):
 @pytest.fixture(scope="module")
 def engine(model):
     """A started CPU engine (default settings) on the module's model."""
-    from tests.engine_helpers import start_engine
+    from tests.support.engine_helpers import start_engine
 
     eng = start_engine(model)
     yield eng
@@ -129,8 +129,8 @@ def shared_engine(tiny_checkpoint):
 
 @pytest.fixture(scope="session")
 def start_inproc(shared_engine, tiny_checkpoint):
-    """`start_inproc(workdir, *flags)`: a started `tests.inproc.InProcessServer` (stop it)."""
-    from tests.inproc import InProcessServer
+    """`start_inproc(workdir, *flags)`: a started `tests.support.inproc.InProcessServer` (stop it)."""
+    from tests.support.inproc import InProcessServer
 
     def start(workdir: Path, *flags: str) -> InProcessServer:
         return InProcessServer(shared_engine, tiny_checkpoint, workdir, *flags).start()
@@ -140,7 +140,7 @@ def start_inproc(shared_engine, tiny_checkpoint):
 
 @pytest.fixture(scope="session")
 def chorus_server(start_inproc, tmp_path_factory):
-    """One real Chorus server (in-process, `tests.inproc`) on the tiny checkpoint, shared by
+    """One real Chorus server (in-process, `tests.support.inproc`) on the tiny checkpoint, shared by
     the integration tests that need no special flags."""
     server = start_inproc(tmp_path_factory.mktemp("server"))
     yield server
