@@ -1,6 +1,7 @@
-"""Shared fixtures: one tiny random checkpoint per test run, the reference model on it; and
-the split between the kernel tests (marker `kernels`, run by a process started with
-`TRITON_INTERPRET=1`) and every other test (run by a process without it)."""
+"""Shared fixtures: one tiny random checkpoint per test run, the reference model on it; the
+markers each folder gives its tests; and the split between the kernel tests (tests/kernels,
+run by a process started with `TRITON_INTERPRET=1`) and every other test (run by a process
+without it)."""
 
 from __future__ import annotations
 
@@ -29,16 +30,45 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+TESTS = Path(__file__).resolve().parent
+FOLDER_MARKERS = {"kernels": "kernels", "bench": "bench"}  # tests/<folder> -> the marker of its tests
+DEFAULT_FOLDERS = ("unit", "engine", "integration")  # `pytest`'s default set (pyproject's testpaths)
+
+
+def _folder(item) -> str | None:
+    """The folder under tests/ an item lives in (None outside tests/)."""
+    try:
+        return Path(item.path).resolve().relative_to(TESTS).parts[0]
+    except ValueError:
+        return None
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
+    """The folder is the marker, before `-m` selects: tests/kernels are `kernels`, tests/bench
+    are `bench`, so `pytest tests/kernels` and `pytest -m kernels tests` run the same tests.
+    A test of the default folders that carries either marker is a test in the wrong folder."""
+    for item in items:
+        folder = _folder(item)
+        if folder in FOLDER_MARKERS:
+            item.add_marker(FOLDER_MARKERS[folder])
+        elif folder in DEFAULT_FOLDERS:
+            wrong = [m for m in FOLDER_MARKERS.values() if item.get_closest_marker(m) is not None]
+            if wrong:
+                raise pytest.UsageError(f"{item.nodeid} is marked {wrong[0]}: move it to tests/{wrong[0]}/")
+    _split_by_interpreter(items)
+
+
+def _split_by_interpreter(items) -> None:
     """Triton chooses its interpreter when it is imported, so one process runs either the kernel
     tests (under the interpreter) or the others (compiled kernels, torch paths), never both;
     tests marked `gpu` are skipped without CUDA."""
     need_interpreter = pytest.mark.skip(
-        reason="a Triton-interpreter test: run it with `TRITON_INTERPRET=1 pytest -m kernels`")
+        reason="a Triton-interpreter test: run it with `TRITON_INTERPRET=1 pytest tests/kernels`")
     no_triton = pytest.mark.skip(reason="needs Triton")
     no_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
     not_here = pytest.mark.skip(
-        reason="TRITON_INTERPRET=1 is set: this process runs the kernel tests (`-m kernels`) only")
+        reason="TRITON_INTERPRET=1 is set: this process runs the kernel tests (tests/kernels) only")
     for item in items:
         is_kernel_test = item.get_closest_marker("kernels") is not None
         if is_kernel_test and not INTERPRETER_ON:

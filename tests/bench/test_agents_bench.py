@@ -9,8 +9,6 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.bench
-
 SUMMARY_KEYS = ["agents_sustained", "agents_sustained_fifo", "p95_first_audio_ms", "underruns",
                 "loaded_p95_first_audio_ms_deadline", "loaded_p95_first_audio_ms_fifo",
                 "throughput_ratio_deadline_vs_fifo", "minutes", "gpu", "commit"]
@@ -78,7 +76,6 @@ def test_a_fifo_only_run_fills_only_the_fifo_keys():
 
 
 def test_combine_refuses_mixed_commits_and_repeated_modes(tmp_path):
-    import pytest
 
     from bench.agents import combine
 
@@ -93,7 +90,6 @@ def test_combine_refuses_mixed_commits_and_repeated_modes(tmp_path):
 
 
 def test_levels_option_parses_and_refuses_nonsense():
-    import pytest
 
     from bench.agents import build_parser
 

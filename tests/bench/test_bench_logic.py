@@ -17,8 +17,6 @@ from bench.mixes import (
     poisson_arrivals,
 )
 
-pytestmark = pytest.mark.bench
-
 
 def test_plain_mix_is_seeded_and_in_range():
     a, b = plain_mix(256, seed=0), plain_mix(256, seed=0)

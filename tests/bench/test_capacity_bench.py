@@ -10,8 +10,6 @@ import pytest
 from bench.agents import PIECE_CHARS, PlaybackClock, first_sentence_piece, voice_agent_answer
 from bench.capacity import capacity_fraction
 
-pytestmark = pytest.mark.bench
-
 
 def test_the_first_sentence_is_complete_at_the_whitespace_after_its_mark():
     pieces = ["Sure", "! Th", "at i", "s it."]

@@ -7,8 +7,6 @@ import pytest
 
 from bench.ws_bench import parse_totals, window
 
-pytestmark = pytest.mark.bench
-
 
 def page(steps: int, seconds: float, tokens: list[int], interval: float = 0.0) -> str:
     """A `/metrics` page of two engines that split these steps between them."""

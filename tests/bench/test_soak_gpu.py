@@ -16,8 +16,6 @@ import pytest
 import bench.soak_gpu as soak
 from server.loadtest.cli import split_serve_args
 
-pytestmark = pytest.mark.bench
-
 SUMMARY_KEYS = {"minutes", "accepted", "lost", "violations", "rss_growth_pct", "gpu_mem_growth_pct",
                 "gpu_mem_source", "audio_s_per_s", "target_audio_s_per_s", "share_of_calibrated",
                 "share_of_measured_throughput", "sends_delayed_at_cap", "passed", "commit"}

@@ -8,8 +8,6 @@ import pytest
 from bench import timeline
 from tests.support.engine_helpers import Collector
 
-pytestmark = pytest.mark.bench
-
 
 @pytest.fixture(scope="module")
 def result(engine):

@@ -3,12 +3,8 @@ the client's clocks, the engine's timings beside them, and audio counted as rece
 
 from __future__ import annotations
 
-import pytest
-
 from bench import ws_bench as ws
 from bench.mixes import plain_mix
-
-pytestmark = pytest.mark.bench
 
 
 def test_single_reports_client_and_engine_clocks(chorus_server):
