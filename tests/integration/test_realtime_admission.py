@@ -11,14 +11,21 @@ after it would fall below `REFUSE_BELOW`: never at light or moderate load, never
 from __future__ import annotations
 
 import asyncio
+import base64
+import io
 from types import SimpleNamespace
 
 import httpx
 import pytest
+import soundfile as sf
 
 from server.engine.scheduling.headroom import MIN_STEPS, REFUSE_BELOW, RETRY_MAX_S, RETRY_MIN_S, WINDOW_S, need
 from server.engine.types import RequestRejected
+from tests.conftest import make_reference_clip
 from tests.support.chorus_client import Outcome, Session, metric_value
+from tests.support.hold_gate import ReleaseGate
+from tests.support.inproc import InProcessServer
+from tests.support.waiting import poll_until
 from tests.unit.test_deadline_scheduler import Request, run_step, scheduler
 
 FIRST = "One sentence first, long enough that it is still being spoken when the line arrives."
@@ -111,7 +118,6 @@ def admitting_server(tiny_checkpoint, tmp_path_factory):
     """A real server on its own CPU engine, `--realtime-admission on` (auto is off on a CPU)."""
     from server.app import load_engines
     from server.cli import build_parser, config_from_args
-    from tests.support.inproc import InProcessServer
 
     flags = ["serve", "--model", str(tiny_checkpoint)]
     assert not config_from_args(build_parser().parse_args(flags)).engine.realtime_admission
@@ -163,21 +169,20 @@ def test_a_server_over_its_promises_answers_busy_with_retry_after(admitting_serv
     assert asyncio.run(asyncio.wait_for(again(), 120)).end["type"] == "done"
 
 
-def test_a_full_queue_refuses_new_turns_but_never_cuts_a_taken_one_short(start_inproc, tmp_path):
-    """`--max-queue 1`: a stream's first segment takes the one place, its later segments
-    (with a reference voice, submitted while the first runs) still go through; a line sent
-    meanwhile is refused `busy`."""
-    import base64
-    import io
-
-    import soundfile as sf
-
-    from tests.conftest import make_reference_clip
-
+def test_a_full_queue_refuses_new_turns_but_never_cuts_a_taken_one_short(shared_engine, tiny_checkpoint, tmp_path):
+    """`--max-queue 1`: a stream's first segment takes the one place, its later segment (with a
+    reference voice, submitted while the first is in flight) still goes through; a line sent
+    meanwhile is refused `busy`. The first segment's events wait behind a `ReleaseGate` until
+    the line is refused and the second segment submitted, so it holds its place however slow
+    or fast the machine is."""
     buf = io.BytesIO()
     sf.write(buf, make_reference_clip(1.5), 16000, format="WAV", subtype="PCM_16")
     reference = {"audio": base64.b64encode(buf.getvalue()).decode(), "text": "A reference."}
-    server = start_inproc(tmp_path, "--max-queue", "1")
+    gate = ReleaseGate(shared_engine, marker=FIRST[:18])
+    server = InProcessServer(gate, tiny_checkpoint, tmp_path, "--max-queue", "1").start()
+
+    def submitted(part: str, what: str):
+        return asyncio.to_thread(poll_until, lambda: any(part in t for t in gate.texts), what)
 
     async def main():
         s = await Session.open(server.ws_url)
@@ -185,9 +190,12 @@ def test_a_full_queue_refuses_new_turns_but_never_cuts_a_taken_one_short(start_i
         await s.send({"type": "stream_open", "id": "turn", "reference": reference, "options": {"num_step": 16}})
         await s.wait_for("turn", "accepted")
         await s.send({"type": "stream_append", "id": "turn", "text": f"{FIRST} Then a second. "})
+        await submitted(FIRST[:18], "the turn's first segment submitted")
         await s.synthesize("line", "A line meanwhile.", options={"num_step": 4})
         refused = await s.expect_error("busy", "line")
         await s.send({"type": "stream_close", "id": "turn"})
+        await submitted("Then a second", "the turn's second segment submitted while the first holds the queue")
+        gate.release()
         out = (await s.collect(["turn"]))["turn"]
         await s.close()
         return refused, out
@@ -195,6 +203,7 @@ def test_a_full_queue_refuses_new_turns_but_never_cuts_a_taken_one_short(start_i
     try:
         refused, out = asyncio.run(asyncio.wait_for(main(), 180))
     finally:
+        gate.release()
         server.stop()
     assert "requests queued" in refused["message"]
     assert out.end["type"] == "done", out.end

@@ -4,7 +4,9 @@ Behind a `HoldGate`, every request whose text contains the marker is checked and
 the real engine as usual, then held here: it emits nothing and never ends by itself; a cancel
 (the client's, the drain's `cancel_all`, or the engine stopping) ends it with `cancelled`.
 Shutdown tests use it for work that outlasts any drain, whatever the machine's speed, instead
-of a time margin (`tests.support.held_server` serves an app built with it).
+of a time margin (`tests.support.held_server` serves an app built with it). A `ReleaseGate`
+lets such a request run but keeps its events until the test releases them: it holds its
+place in the server's queue exactly as long as the test needs.
 """
 
 from __future__ import annotations
@@ -56,3 +58,44 @@ class HoldGate:
 
 def _ignore(event: EngineEvent) -> None:
     """The real engine's events of a held request (its cancellation) go nowhere."""
+
+
+class ReleaseGate:
+    """The engine API of `inner`; a request with `marker` in its text runs as usual, but its
+    events wait here until `release()`, so to the server it stays in flight (holding its place
+    in the queue) for as long as a test needs, whatever the machine's speed. `texts` lists the
+    text of every request the server submitted, in order."""
+
+    def __init__(self, inner: Any, marker: str):
+        self._inner = inner
+        self._marker = marker
+        self._lock = threading.Lock()
+        self._kept: list[tuple[Any, EngineEvent]] = []
+        self._released = False
+        self.texts: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def submit(self, request: SynthesisRequest, sink) -> Accepted:
+        with self._lock:
+            self.texts.append(request.text)
+        if self._marker not in request.text:
+            return self._inner.submit(request, sink)
+
+        def keep(event: EngineEvent) -> None:  # engine thread; the sink only schedules delivery
+            with self._lock:
+                if self._released:
+                    sink(event)
+                else:
+                    self._kept.append((sink, event))
+
+        return self._inner.submit(request, keep)
+
+    def release(self) -> None:
+        """Deliver what was kept, in order; later events pass straight through."""
+        with self._lock:  # under the lock: no later event overtakes a kept one
+            self._released = True
+            for sink, event in self._kept:
+                sink(event)
+            self._kept.clear()
