@@ -8,6 +8,8 @@ from __future__ import annotations
 import fcntl
 import importlib.util
 import os
+import shutil
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -175,3 +177,37 @@ def chorus_server(start_inproc, tmp_path_factory):
     server = start_inproc(tmp_path_factory.mktemp("server"))
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """One throwaway PostgreSQL server per test process (`tests.support.pg_server`); skipped
+    where PostgreSQL is not installed, unless CHORUS_REQUIRE_POSTGRES=1 (scripts/test.sh)."""
+    from tests.support import pg_server  # not at the top: the client tests' environment has no psycopg
+
+    if not pg_server.available():
+        if os.environ.get("CHORUS_REQUIRE_POSTGRES") == "1":
+            pytest.fail("PostgreSQL is required here (scripts/test.sh installs it)")
+        pytest.skip("PostgreSQL is not installed")
+    root = tempfile.mkdtemp(prefix="chorus-pg-")  # not under pytest's: the postgres user must reach it
+    server = pg_server.PostgresServer(root).start()
+    yield server
+    server.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def postgres_dsn(postgres) -> str:
+    """A new, empty database of the run's PostgreSQL server."""
+    return postgres.new_database()
+
+
+@pytest.fixture
+def postgres_replicas(postgres_dsn):
+    """Two PostgreSQL voice libraries on one new database, as two replicas of a server see it."""
+    from server.voices.postgres import PostgresVoiceStore
+
+    a, b = PostgresVoiceStore(postgres_dsn), PostgresVoiceStore(postgres_dsn)
+    yield a, b
+    a.close()
+    b.close()

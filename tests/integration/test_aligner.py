@@ -24,7 +24,7 @@ import torchaudio.functional as audio_functional
 
 from server.engine.model.aligner import CtcAligner, make_aligner_checkpoint
 from server.timestamps.model_words import place
-from tests.support.chorus_client import Audio, Outcome, Session
+from tests.support.chorus_client import Audio, Session, stream_once
 
 WORDS = "the quick brown fox jumps over the lazy dog near our house".split()
 GAP_S = 0.12
@@ -169,20 +169,8 @@ def test_make_aligner_and_a_bad_aligner_path(tmp_path):
 
 
 def test_stream_segments_get_aligned_words_before_their_segment_frames(aligned_server):
-    async def main():
-        session = await Session.open(aligned_server.ws_url)
-        try:
-            session.outcomes["s"] = Outcome("s")
-            await session.send({"type": "stream_open", "id": "s", "progress": False, "timestamps": "word",
-                                "options": {"num_step": 4, "seed": 2}})
-            for piece in ["The first sentence here. ", "And the second one."]:
-                await session.send({"type": "stream_append", "id": "s", "text": piece})
-            await session.send({"type": "stream_close", "id": "s"})
-            return (await session.collect(["s"]))["s"]
-        finally:
-            await session.close()
-
-    out = asyncio.run(main())
+    out = asyncio.run(stream_once(aligned_server.ws_url, ["The first sentence here. ", "And the second one."],
+                                  timestamps="word", options={"num_step": 4, "seed": 2}))
     assert out.end["type"] == "done", out.end
     meta = [f for f in out.frames if not isinstance(f, Audio) and f["type"] in ("words", "segment")]
     assert [(f["type"], f["segment"]) for f in meta] == [("words", 0), ("segment", 0), ("words", 1), ("segment", 1)]

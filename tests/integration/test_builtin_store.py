@@ -3,14 +3,7 @@ replicas that make one at once end up using the same), never listed, never delet
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
-
-import pytest
-
 from server.voices.sqlite import VoiceStore
-from tests.support import pg_server
 
 
 def check_first_writer_wins(replica_a, replica_b) -> None:
@@ -31,20 +24,5 @@ def test_sqlite_store(tmp_path):
         b.close()
 
 
-@pytest.mark.skipif(not pg_server.available() and os.environ.get("CHORUS_REQUIRE_POSTGRES") != "1",
-                    reason="PostgreSQL is not installed")
-def test_postgres_store():
-    from server.voices.postgres import PostgresVoiceStore
-
-    root = tempfile.mkdtemp(prefix="chorus-pg-")  # the postgres user must reach it
-    server = pg_server.PostgresServer(root).start()
-    try:
-        a, b = PostgresVoiceStore(server.dsn), PostgresVoiceStore(server.dsn)
-        try:
-            check_first_writer_wins(a, b)
-        finally:
-            a.close()
-            b.close()
-    finally:
-        server.stop()
-        shutil.rmtree(root, ignore_errors=True)
+def test_postgres_store(postgres_replicas):
+    check_first_writer_wins(*postgres_replicas)

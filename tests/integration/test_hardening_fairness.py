@@ -7,9 +7,7 @@ addresses (127.0.0.2, 127.0.0.3), as a Linux loopback interface routes all of 12
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
-import os
 import socket
 import threading
 import time
@@ -18,6 +16,8 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 import websockets
+
+from tests.support.raw_ws import upgrade
 
 SAFETY_S = 120
 CAP = 40  # --max-connections; a quarter of it per client address by default
@@ -35,21 +35,6 @@ def _connect(server, source: str, timeout: float = SAFETY_S) -> socket.socket:
     return s
 
 
-def _upgrade(server, source: str) -> tuple[socket.socket, bytes]:
-    """A WebSocket upgrade from `source`, left open and idle: the socket and the response head."""
-    s = _connect(server, source)
-    key = base64.b64encode(os.urandom(16)).decode()
-    s.sendall(f"GET /v1/stream HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-              f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode())
-    head = b""
-    while b"\r\n\r\n" not in head:
-        chunk = s.recv(4096)
-        if not chunk:
-            break
-        head += chunk
-    return s, head.split(b"\r\n", 1)[0]
-
-
 def _http(source: str) -> httpx.Client:
     return httpx.Client(transport=httpx.HTTPTransport(local_address=source), timeout=SAFETY_S)
 
@@ -63,7 +48,8 @@ def server(start_inproc, tmp_path_factory):
 
 
 def test_one_client_cannot_take_every_connection_slot(server):
-    held = [_upgrade(server, "127.0.0.2") for _ in range(CAP + 20)]  # more idle WebSockets than the cap
+    # more idle WebSockets than the cap
+    held = [upgrade(_port(server), "127.0.0.2", timeout=SAFETY_S) for _ in range(CAP + 20)]
     try:
         opened = [s for s, line in held if b" 101 " in line]
         refused = [line for _, line in held if b" 503 " in line]

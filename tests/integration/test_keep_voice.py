@@ -6,21 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import shutil
-import tempfile
 import time
 
 import httpx
 import numpy as np
 import openai
-import pytest
 
 from server.engine.model.voice_codec import voice_from_bytes
 from server.kept_voices import voice_blob
 from server.voices.sqlite import VoiceStore
-from tests.support import pg_server
-from tests.support.chorus_client import Outcome, Session
+from tests.support.chorus_client import Outcome, Session, request_once
 
 FAST = {"num_step": 4, "seed": 11}
 
@@ -30,12 +25,7 @@ def run(coro):
 
 
 async def synthesize(url: str, rid: str, text: str, **fields) -> Outcome:
-    session = await Session.open(url)
-    try:
-        await session.synthesize(rid, text, **{"progress": False, "options": FAST, **fields})
-        return (await session.collect([rid]))[rid]
-    finally:
-        await session.close()
+    return await request_once(url, rid, text, **{"options": FAST, **fields})
 
 
 async def stream(url: str, sid: str, pieces: list[str], seed: int = 11, **fields) -> Outcome:
@@ -151,13 +141,9 @@ def test_a_library_made_before_kept_voices_opens_and_keeps_its_voices(tmp_path):
         store.close()
 
 
-@pytest.mark.skipif(not pg_server.available() and os.environ.get("CHORUS_REQUIRE_POSTGRES") != "1",
-                    reason="PostgreSQL is not installed")
-def test_a_voice_kept_on_one_replica_is_used_on_another(start_inproc, tmp_path):
-    root = tempfile.mkdtemp(prefix="chorus-pg-")
-    pg = pg_server.PostgresServer(root).start()
-    a = start_inproc(tmp_path / "a", "--voices-db", pg.dsn, "--max-kept-voices", "2")
-    b = start_inproc(tmp_path / "b", "--voices-db", pg.dsn)
+def test_a_voice_kept_on_one_replica_is_used_on_another(start_inproc, tmp_path, postgres_dsn):
+    a = start_inproc(tmp_path / "a", "--voices-db", postgres_dsn, "--max-kept-voices", "2")
+    b = start_inproc(tmp_path / "b", "--voices-db", postgres_dsn)
     try:
         kept = run(synthesize(a.ws_url, "k", "Kept on replica a.", keep_voice=True)).end["voice_id"]
         assert listed(b.url, kept)["kept"] is True
@@ -169,7 +155,5 @@ def test_a_voice_kept_on_one_replica_is_used_on_another(start_inproc, tmp_path):
     finally:
         a.stop()
         b.stop()
-        pg.stop()
-        shutil.rmtree(root, ignore_errors=True)
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from server.text.normalize import normalize
-from tests.support.chorus_client import Outcome, Session
+from tests.support.chorus_client import request_once, stream_once
 
 SEED = {"num_step": 4, "seed": 21}
 
@@ -36,21 +36,12 @@ def test_inline_pronunciations_tags_and_pinyin_pass_untouched():
     assert "ZHONG1" in zh and "[breath]" in zh and "三" in zh
 
 
-async def _synthesize(url: str, rid: str, text: str, **fields) -> Outcome:
-    session = await Session.open(url)
-    try:
-        await session.synthesize(rid, text, **{"progress": False, **fields})
-        return (await session.collect([rid]))[rid]
-    finally:
-        await session.close()
-
-
 def test_websocket_normalises_only_when_asked(chorus_server):
     text = "I paid $3.50 on 12/05."
     spoken = normalize(text, None)
-    asked = asyncio.run(_synthesize(chorus_server.ws_url, "n1", text, options={**SEED, "normalize_text": True}))
-    written = asyncio.run(_synthesize(chorus_server.ws_url, "n2", spoken, options=SEED))
-    plain = asyncio.run(_synthesize(chorus_server.ws_url, "n3", text, options=SEED))
+    asked = asyncio.run(request_once(chorus_server.ws_url, "n1", text, options={**SEED, "normalize_text": True}))
+    written = asyncio.run(request_once(chorus_server.ws_url, "n2", spoken, options=SEED))
+    plain = asyncio.run(request_once(chorus_server.ws_url, "n3", text, options=SEED))
     accepted = [o.of("accepted")[0]["target_seconds"] for o in (asked, written, plain)]
     assert accepted[0] == accepted[1] != accepted[2]  # planned from the spoken form
     assert np.array_equal(asked.samples, written.samples)  # the very same request
@@ -61,26 +52,15 @@ def test_a_stream_normalises_each_segment_once_complete(chorus_server):
     sentences = ["The bill was $3.50 today.", "Say [B EY1 S] 2 times."]
     text = " ".join(sentences)
 
-    async def main() -> Outcome:
-        session = await Session.open(chorus_server.ws_url)
-        try:
-            session.outcomes["s"] = Outcome("s")
-            await session.send({"type": "stream_open", "id": "s", "progress": False, "keep_voice": True,
-                                "options": {**SEED, "normalize_text": True}})
-            for char in text:  # "$3." then "50": normalised per piece, this would read "3" alone
-                await session.send({"type": "stream_append", "id": "s", "text": char})
-            await session.send({"type": "stream_close", "id": "s"})
-            return (await session.collect(["s"]))["s"]
-        finally:
-            await session.close()
-
-    out = asyncio.run(main())
+    # one character at a time: "$3." then "50", normalised per piece, would read "3" alone
+    out = asyncio.run(stream_once(chorus_server.ws_url, list(text), keep_voice=True,
+                                  options={**SEED, "normalize_text": True}))
     assert out.end["type"] == "done", out.end
     assert [seg["text"] for seg in out.of("segment")] == sentences  # captions: the words as written
     kept = httpx.get(f"{chorus_server.url}/v1/voices/{out.end['voice_id']}").json()
     assert kept["text"] == normalize(sentences[0], None)  # segment 0 was spoken normalised, whole
     first = np.concatenate([a.samples for a in out.audio if a.header["segment"] == 0])
-    alone = asyncio.run(_synthesize(chorus_server.ws_url, "a", normalize(sentences[0], None), options=SEED))
+    alone = asyncio.run(request_once(chorus_server.ws_url, "a", normalize(sentences[0], None), options=SEED))
     assert np.array_equal(first, alone.samples)
     second = httpx.post(chorus_server.url + "/v1/audio/speech", timeout=120, json={
         "input": sentences[1], "response_format": "pcm", "keep_voice": True, **SEED}).headers["x-chorus-voice-id"]

@@ -6,9 +6,6 @@ through `keep_voice` (a kept voice's text is the text its first chunk spoke)."""
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
-import tempfile
 
 import httpx
 import numpy as np
@@ -17,8 +14,7 @@ import pytest
 from server.text.lexicon import apply
 from server.voices import PronunciationTaken
 from server.voices.sqlite import VoiceStore
-from tests.support import pg_server
-from tests.support.chorus_client import Outcome, Session
+from tests.support.chorus_client import Outcome, Session, stream_once
 
 FAST = {"num_step": 4, "seed": 31}
 CHORUS = "[K AO1 R AH0 S]"
@@ -56,23 +52,10 @@ def test_sqlite_library_keeps_the_lexicon(tmp_path):
         reopened.close()
 
 
-@pytest.mark.skipif(not pg_server.available() and os.environ.get("CHORUS_REQUIRE_POSTGRES") != "1",
-                    reason="PostgreSQL is not installed")
-def test_postgres_library_keeps_the_lexicon_for_every_replica():
-    from server.voices.postgres import PostgresVoiceStore
-
-    root = tempfile.mkdtemp(prefix="chorus-pg-")
-    server = pg_server.PostgresServer(root).start()
-    a = PostgresVoiceStore(server.dsn)
-    b = PostgresVoiceStore(server.dsn)
-    try:
-        _store_contract(a)
-        assert b.list_pronunciations() == a.list_pronunciations()
-    finally:
-        a.close()
-        b.close()
-        server.stop()
-        shutil.rmtree(root, ignore_errors=True)
+def test_postgres_library_keeps_the_lexicon_for_every_replica(postgres_replicas):
+    a, b = postgres_replicas
+    _store_contract(a)
+    assert b.list_pronunciations() == a.list_pronunciations()
 
 
 def test_http_api_adds_lists_and_deletes_with_clear_errors(chorus_server):
@@ -137,20 +120,8 @@ def test_entries_reach_the_engine_per_voice_before_normalisation(lexicon_server)
     normalised = asyncio.run(_spoken(ws, "e", "3M sold 12 of them.", options={**FAST, "normalize_text": True}))
     assert _given(server, normalised) == "three em sold twelve of them."  # the entry first, then numbers
 
-    async def stream() -> Outcome:  # a stream: each segment once complete; captions as written
-        session = await Session.open(ws)
-        try:
-            session.outcomes["s"] = Outcome("s")
-            await session.send({"type": "stream_open", "id": "s", "progress": False, "keep_voice": True,
-                                "options": FAST})
-            for piece in ["The Cho", "rus sings. ", "Chorus again."]:
-                await session.send({"type": "stream_append", "id": "s", "text": piece})
-            await session.send({"type": "stream_close", "id": "s"})
-            return (await session.collect(["s"]))["s"]
-        finally:
-            await session.close()
-
-    out = asyncio.run(stream())
+    # a stream: each segment once complete; captions as written
+    out = asyncio.run(stream_once(ws, ["The Cho", "rus sings. ", "Chorus again."], keep_voice=True, options=FAST))
     assert [seg["text"] for seg in out.of("segment")] == ["The Chorus sings.", "Chorus again."]
     assert _given(server, out) == f"The {CHORUS} sings."
     spoken = httpx.post(server.url + "/v1/audio/speech", timeout=120, json={

@@ -12,20 +12,11 @@ import httpx
 import pytest
 
 from server.timestamps.model_words import tokens
-from tests.support.chorus_client import Audio, Outcome, Session
+from tests.support.chorus_client import Audio, request_once, stream_once
 
 TEXT = ("The first sentence is short. The second sentence is a little longer than the first one. "
         "And a third closes it.")
 CHUNKED = {"num_step": 4, "seed": 3, "chunk_threshold": 0, "chunk_seconds": 2}
-
-
-async def _run(url: str, rid: str, text: str, **fields) -> Outcome:
-    session = await Session.open(url)
-    try:
-        await session.synthesize(rid, text, **{"progress": False, **fields})
-        return (await session.collect([rid]))[rid]
-    finally:
-        await session.close()
 
 
 def _check_words(spans: list[dict], start: int, end: int) -> None:
@@ -39,7 +30,7 @@ def _check_words(spans: list[dict], start: int, end: int) -> None:
 
 @pytest.mark.parametrize("sample_rate", [None, 16000])
 def test_each_chunk_is_followed_by_its_words_on_the_audio_clock(chorus_server, sample_rate):
-    out = asyncio.run(_run(chorus_server.ws_url, "w", TEXT, timestamps="word", sample_rate=sample_rate,
+    out = asyncio.run(request_once(chorus_server.ws_url, "w", TEXT, timestamps="word", sample_rate=sample_rate,
                            options=CHUNKED))
     assert out.end["type"] == "done", out.end
     frames = [f for f in out.frames if isinstance(f, Audio) or f["type"] == "words"]
@@ -62,7 +53,7 @@ def test_each_chunk_is_followed_by_its_words_on_the_audio_clock(chorus_server, s
 
 
 def test_char_timestamps_cover_every_character_inside_its_word(chorus_server):
-    out = asyncio.run(_run(chorus_server.ws_url, "c", "Hi there, friend.", timestamps="char",
+    out = asyncio.run(request_once(chorus_server.ws_url, "c", "Hi there, friend.", timestamps="char",
                            options={"num_step": 4, "seed": 3}))
     (words,) = out.of("words")
     assert [c["text"] for c in words["chars"]] == list("Hithere,friend.")
@@ -74,7 +65,7 @@ def test_char_timestamps_cover_every_character_inside_its_word(chorus_server):
 
 
 def test_whole_delivery_has_one_words_frame_for_the_whole_text(chorus_server):
-    out = asyncio.run(_run(chorus_server.ws_url, "h", TEXT, timestamps="word", stream="whole", options=CHUNKED))
+    out = asyncio.run(request_once(chorus_server.ws_url, "h", TEXT, timestamps="word", stream="whole", options=CHUNKED))
     kinds = [("audio" if isinstance(f, Audio) else f["type"]) for f in out.frames]
     assert kinds[-3:] == ["audio", "words", "done"] and kinds.count("words") == 1
     (words,) = out.of("words")
@@ -83,20 +74,8 @@ def test_whole_delivery_has_one_words_frame_for_the_whole_text(chorus_server):
 
 
 def test_stream_segments_get_words_between_their_audio_and_segment_frames(chorus_server):
-    async def main() -> Outcome:
-        session = await Session.open(chorus_server.ws_url)
-        try:
-            session.outcomes["s"] = Outcome("s")
-            await session.send({"type": "stream_open", "id": "s", "progress": False, "timestamps": "word",
-                                "options": {"num_step": 4, "seed": 3, "normalize_text": True}})
-            for piece in ["It costs $3.50 today. ", "See you at 5 pm."]:
-                await session.send({"type": "stream_append", "id": "s", "text": piece})
-            await session.send({"type": "stream_close", "id": "s"})
-            return (await session.collect(["s"]))["s"]
-        finally:
-            await session.close()
-
-    out = asyncio.run(main())
+    out = asyncio.run(stream_once(chorus_server.ws_url, ["It costs $3.50 today. ", "See you at 5 pm."],
+                                  timestamps="word", options={"num_step": 4, "seed": 3, "normalize_text": True}))
     kinds = [("audio" if isinstance(f, Audio) else f["type"]) for f in out.frames]
     segments, words = out.of("segment"), out.of("words")
     assert len(segments) == len(words) == 2

@@ -3,17 +3,12 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
-
 import httpx
 import pytest
 
 from server.voices import NameTaken
 from server.voices.sqlite import VoiceStore
 from tests.integration.test_voices_api import TEXT, audio_file, upload
-from tests.support import pg_server
 
 
 def test_sqlite_library_refuses_a_taken_name(tmp_path):
@@ -31,25 +26,13 @@ def test_sqlite_library_refuses_a_taken_name(tmp_path):
         store.close()
 
 
-@pytest.mark.skipif(not pg_server.available() and os.environ.get("CHORUS_REQUIRE_POSTGRES") != "1",
-                    reason="PostgreSQL is not installed")
-def test_postgres_library_refuses_a_taken_name_across_replicas():
-    from server.voices.postgres import PostgresVoiceStore
-
-    root = tempfile.mkdtemp(prefix="chorus-pg-")
-    server = pg_server.PostgresServer(root).start()
-    a, b = PostgresVoiceStore(server.dsn), PostgresVoiceStore(server.dsn)
-    try:
-        first = a.add("Narrator", "text", 1.0, b"one")
-        with pytest.raises(NameTaken) as taken:
-            b.add("NARRATOR", "text", 1.0, b"two")
-        assert taken.value.existing == first
-        assert [v.id for v in b.list()] == [first.id]
-    finally:
-        a.close()
-        b.close()
-        server.stop()
-        shutil.rmtree(root, ignore_errors=True)
+def test_postgres_library_refuses_a_taken_name_across_replicas(postgres_replicas):
+    a, b = postgres_replicas
+    first = a.add("Narrator", "text", 1.0, b"one")
+    with pytest.raises(NameTaken) as taken:
+        b.add("NARRATOR", "text", 1.0, b"two")
+    assert taken.value.existing == first
+    assert [v.id for v in b.list()] == [first.id]
 
 
 def test_http_upload_under_a_taken_name_is_409(chorus_server):

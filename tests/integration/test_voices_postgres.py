@@ -1,35 +1,14 @@
-"""The PostgreSQL voice library against a real PostgreSQL server."""
+"""The PostgreSQL voice library against a real PostgreSQL server (a new database per test)."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
-from tests.support import pg_server
 
-if os.environ.get("CHORUS_REQUIRE_POSTGRES") == "1":
-    assert pg_server.available(), "PostgreSQL is required here (scripts/test.sh installs it)"
-pytestmark = pytest.mark.skipif(not pg_server.available(), reason="PostgreSQL is not installed")
-
-
-@pytest.fixture(scope="module")
-def dsn():
-    import shutil
-    import tempfile
-
-    # not under pytest's private temp folder: the postgres user must be able to reach it
-    root = tempfile.mkdtemp(prefix="chorus-pg-")
-    server = pg_server.PostgresServer(root).start()
-    yield server.dsn
-    server.stop()
-    shutil.rmtree(root, ignore_errors=True)
-
-
-def test_voices_roundtrip_and_shared_between_replicas(dsn):
+def test_voices_roundtrip_and_shared_between_replicas(postgres_dsn):
     from server.voices.postgres import PostgresVoiceStore
 
-    replica_a, replica_b = PostgresVoiceStore(dsn), PostgresVoiceStore(dsn)
+    replica_a, replica_b = PostgresVoiceStore(postgres_dsn), PostgresVoiceStore(postgres_dsn)
     try:
         info = replica_a.add("Ada L.", "A transcript.", 2.5, b"\x00\x01encoded-voice\xff")
         assert info.id.startswith("ada-l-") and info.name == "Ada L." and info.seconds == 2.5
@@ -44,10 +23,10 @@ def test_voices_roundtrip_and_shared_between_replicas(dsn):
         replica_b.close()
 
 
-def test_hostile_ids_are_refused(dsn):
+def test_hostile_ids_are_refused(postgres_dsn):
     from server.voices.postgres import PostgresVoiceStore
 
-    store = PostgresVoiceStore(dsn)
+    store = PostgresVoiceStore(postgres_dsn)
     try:
         for bad in ["../etc/passwd", "x'; DROP TABLE chorus_voices; --", "", "A" * 100, None]:
             assert store.get(bad) is None and store.load(bad) is None and store.delete(bad) is False
@@ -56,7 +35,7 @@ def test_hostile_ids_are_refused(dsn):
         store.close()
 
 
-def test_two_replicas_share_one_library(dsn, start_inproc, tmp_path, reference_clip):
+def test_two_replicas_share_one_library(postgres_dsn, start_inproc, tmp_path, reference_clip):
     """A voice uploaded to one server is listed and used by another at once (two apps, each
     with its own library connection; in one process, since only the database joins them)."""
     import asyncio
@@ -66,8 +45,8 @@ def test_two_replicas_share_one_library(dsn, start_inproc, tmp_path, reference_c
     import soundfile as sf
 
     from tests.support.chorus_client import Session
-    a = start_inproc(tmp_path / "a", "--voices-db", dsn)
-    b = start_inproc(tmp_path / "b", "--voices-db", dsn)
+    a = start_inproc(tmp_path / "a", "--voices-db", postgres_dsn)
+    b = start_inproc(tmp_path / "b", "--voices-db", postgres_dsn)
     try:
         clip, sr = reference_clip
         wav = io.BytesIO()
@@ -98,7 +77,7 @@ def test_two_replicas_share_one_library(dsn, start_inproc, tmp_path, reference_c
         b.stop()
 
 
-def test_limits_hold_across_replicas(dsn):
+def test_limits_hold_across_replicas(postgres_dsn):
     """Count and storage limits, checked and enforced in one transaction: two replicas
     adding at once cannot pass the count limit together."""
     import threading
@@ -106,9 +85,9 @@ def test_limits_hold_across_replicas(dsn):
     from server.voices import LibraryFull
     from server.voices.postgres import PostgresVoiceStore
 
-    probe = PostgresVoiceStore(dsn)
+    probe = PostgresVoiceStore(postgres_dsn)
     start = len(probe.list())
-    stores = [PostgresVoiceStore(dsn, max_voices=start + 1) for _ in range(4)]
+    stores = [PostgresVoiceStore(postgres_dsn, max_voices=start + 1) for _ in range(4)]
     results: list = []
 
     def add(store) -> None:
@@ -127,7 +106,7 @@ def test_limits_hold_across_replicas(dsn):
         assert len(added) == 1 and len(probe.list()) == start + 1
         assert all(str(r).startswith("voices: the library is full") for r in results if isinstance(r, Exception))
         stored = sum(len(probe.load(v.id) or b"") for v in probe.list())
-        tight = PostgresVoiceStore(dsn, max_bytes=stored + 5)
+        tight = PostgresVoiceStore(postgres_dsn, max_bytes=stored + 5)
         try:
             with pytest.raises(LibraryFull, match="bytes stored"):
                 tight.add("big", "Hi.", 1.0, b"x" * 6)

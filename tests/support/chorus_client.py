@@ -82,6 +82,16 @@ class Session:
         self.outcomes[id] = Outcome(id)
         await self.send({"type": "synthesize", "id": id, "text": text, **fields})
 
+    async def stream(self, id: str, pieces: list[str], close: bool = True, **fields) -> None:
+        """Open text stream `id` (no progress frames unless `fields` ask), append `pieces`, and
+        close it unless `close` is False."""
+        self.outcomes[id] = Outcome(id)
+        await self.send({"type": "stream_open", "id": id, "progress": False, **fields})
+        for piece in pieces:
+            await self.send({"type": "stream_append", "id": id, "text": piece})
+        if close:
+            await self.send({"type": "stream_close", "id": id})
+
     async def next_frame(self) -> dict[str, Any] | Audio:
         raw = await self.ws.recv()
         if isinstance(raw, bytes):
@@ -141,6 +151,26 @@ class Session:
                 self.outcomes[fid].frames.append(frame)
             else:
                 self.unmatched.append(frame)  # type: ignore[arg-type]
+
+
+async def request_once(url: str, id: str, text: str, **fields) -> Outcome:
+    """One request on a connection of its own (no progress frames unless asked), read to its end."""
+    session = await Session.open(url)
+    try:
+        await session.synthesize(id, text, **{"progress": False, **fields})
+        return (await session.collect([id]))[id]
+    finally:
+        await session.close()
+
+
+async def stream_once(url: str, pieces: list[str], id: str = "s", **fields) -> Outcome:
+    """One text stream on a connection of its own (`Session.stream`), read to its end."""
+    session = await Session.open(url)
+    try:
+        await session.stream(id, pieces, **fields)
+        return (await session.collect([id]))[id]
+    finally:
+        await session.close()
 
 
 def check_request(outcome: Outcome, *, num_step: int, encoding: str = "pcm_s16le", stream: str = "chunk",

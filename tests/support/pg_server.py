@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import glob
+import itertools
 import os
 import shutil
 import socket
 import subprocess
 import time
 from pathlib import Path
+
+import psycopg
 
 
 def _bin(name: str) -> str | None:
@@ -34,6 +37,7 @@ class PostgresServer:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
+        self._databases = itertools.count(1)
 
     @property
     def dsn(self) -> str:
@@ -56,6 +60,14 @@ class PostgresServer:
                     return self
             time.sleep(0.1)
         raise RuntimeError("PostgreSQL did not start")
+
+    def new_database(self) -> str:
+        """The DSN of a new, empty database on this server: tests that share the server share
+        nothing else."""
+        name = f"test_{next(self._databases)}"
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {name}")
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{name}"
 
     def stop(self) -> None:
         subprocess.run(_as_postgres([_bin("pg_ctl"), "-D", str(self.data), "-m", "fast", "stop"]),

@@ -46,13 +46,17 @@ def read_frame(s: socket.socket) -> tuple[int, bytes]:
     return first & 0x0F, _read_exactly(s, n)
 
 
-def connect_ws(port: int, rcvbuf: int | None = None, path: str = "/v1/stream") -> socket.socket:
-    """Open a WebSocket to 127.0.0.1:port and return the socket just after the 101 (unread
-    frames, such as `ready`, stay in the socket)."""
+def upgrade(port: int, source: str | None = None, rcvbuf: int | None = None, path: str = "/v1/stream",
+            timeout: float = 120) -> tuple[socket.socket, bytes]:
+    """Send a WebSocket upgrade to 127.0.0.1:port (from local address `source` if given) and read
+    the response head: the socket, left just after the head (unread frames, such as `ready`,
+    stay in it), and the status line, whatever the status."""
     s = socket.socket()
     if rcvbuf is not None:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-    s.settimeout(120)
+    if source is not None:
+        s.bind((source, 0))
+    s.settimeout(timeout)
     s.connect(("127.0.0.1", port))
     key = base64.b64encode(os.urandom(16)).decode()
     s.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
@@ -61,8 +65,16 @@ def connect_ws(port: int, rcvbuf: int | None = None, path: str = "/v1/stream") -
     while b"\r\n\r\n" not in head:
         byte = s.recv(1)
         if not byte:
-            raise ConnectionError(f"closed during the handshake: {head!r}")
+            break  # closed during the handshake: the status line says what came
         head += byte
-    if b" 101 " not in head.split(b"\r\n", 1)[0]:
-        raise ConnectionError(f"handshake refused: {head!r}")
+    return s, head.split(b"\r\n", 1)[0]
+
+
+def connect_ws(port: int, rcvbuf: int | None = None, path: str = "/v1/stream") -> socket.socket:
+    """Open a WebSocket to 127.0.0.1:port and return the socket just after the 101 (unread
+    frames, such as `ready`, stay in the socket)."""
+    s, status = upgrade(port, rcvbuf=rcvbuf, path=path)
+    if b" 101 " not in status + b" ":
+        s.close()
+        raise ConnectionError(f"handshake refused: {status!r}")
     return s
