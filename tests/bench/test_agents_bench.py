@@ -18,9 +18,12 @@ def test_agents_bench_reports_its_shape_with_audio(tiny_checkpoint, tmp_path):
     """One level of two agents, one-sentence answers (each turn's audio is played back in real
     time), a first-audio bound a slow CPU meets (so no second, bisecting level runs)."""
     out = tmp_path / "agents.json"
+    # The loaded run's Poisson arrivals come at a rate set by the measured throughput: with seed
+    # 139 the first one falls within its 2 s at any throughput above 0.02 audio-s/s, however
+    # busy the machine (with seed 0 it needed 13 audio-s/s, and a busy CPU sent no request).
     cmd = [sys.executable, "-m", "bench.agents", "--scheduling", "default", "--start", "2", "--max-agents", "2",
            "--level-seconds", "3", "--ramp-seconds", "0", "--sentences", "1-1", "--num-step", "2",
-           "--p95-ms", "60000", "--throughput-requests", "4",
+           "--p95-ms", "60000", "--throughput-requests", "4", "--seed", "139",
            "--loaded-seconds", "2", "--out", str(out), "--", "--model", str(tiny_checkpoint)]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=400)
     assert result.returncode == 0, result.stderr[-3000:]
