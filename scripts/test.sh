@@ -23,11 +23,14 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 # Here a missing browser, database or agent framework is a failure, not a reason to skip.
 export CHORUS_E2E_REQUIRE_BROWSER=1 CHORUS_REQUIRE_POSTGRES=1 CHORUS_REQUIRE_CLIENT_FRAMEWORKS=1
+# One compute thread per process: the phases, workers and servers below already fill the cores,
+# and thread pools that spin while they wait would take CPU time from one another.
+export OMP_NUM_THREADS=1
 
 logs=$(mktemp -d)
-side=""
-# On the way out (an interrupt too), the side lane's process group goes with the script.
-trap 'if [ -n "$side" ]; then kill -- "-$side" 2> /dev/null || true; fi; rm -rf "$logs"' EXIT
+lanes=()
+# On the way out (an interrupt too), the lanes' process groups go with the script.
+trap 'for lane in "${lanes[@]}"; do kill -- "-$lane" 2> /dev/null || true; done; rm -rf "$logs"' EXIT
 trap 'exit 130' INT TERM
 
 # phase NAME COMMAND...: run COMMAND with its output in a log of its own; when it ends, print
@@ -45,43 +48,59 @@ phase() {
   return "$status"
 }
 
+# One tiny random checkpoint for every run below (they only read it).
+.venv/bin/python -m server make-checkpoint --size tiny --seed 0 --out "$logs/tiny" > /dev/null
+
 pytest_in() {  # pytest_in NAME ARGS...: pytest of .venv with a temporary folder of its own
   local name=$1
   shift
-  .venv/bin/python -m pytest -q -p no:cacheprovider --basetemp="$logs/tmp-$name" "$@"
+  .venv/bin/python -m pytest -q -p no:cacheprovider --basetemp="$logs/tmp-$name" --tiny-checkpoint="$logs/tiny" "$@"
 }
 
 kernel_tests() {  # Triton picks its interpreter when it is imported: a process of their own
   TRITON_INTERPRET=1 pytest_in kernels tests/kernels "$@"
 }
 
+browser_tests() {  # e2e/ has no tests/conftest.py: its servers run the demo checkpoint
+  .venv/bin/python -m pytest -q -p no:cacheprovider --basetemp="$logs/tmp-browser" e2e "$@"
+}
+
 client_tests() {  # the client and its Pipecat and LiveKit plugins, against a `chorus serve` of .venv
   scripts/setup-clients.sh
   CHORUS_SERVER_PYTHON=.venv/bin/python .venv-clients/bin/python -m pytest -q -p no:cacheprovider \
-    --basetemp="$logs/tmp-clients" -n 2 tests/clients "$@"
+    --basetemp="$logs/tmp-clients" --tiny-checkpoint="$logs/tiny" -n 2 tests/clients "$@"
 }
 
-# Beside the default set, one after another: the Triton kernels on the CPU through Triton's
-# interpreter, the benchmark suite's tests with the kernel micro-benchmarks' own, the client tests and the
-# browser tests (one process: Playwright's sync API keeps an event loop running in it). Much of
-# the default set waits on sockets and on audio played in real time, so the two lanes share the
-# CPU well. Every phase runs even when one before it failed; any failure fails the script.
-side_lane() {
+# Beside the default set, two lanes, each one phase after another: the Triton kernels on the CPU
+# through Triton's interpreter, then the client tests; the benchmark suite's tests with the kernel
+# micro-benchmarks' own, then the browser tests (one process: Playwright's sync API keeps an event
+# loop running in it). Much of the suite waits on sockets and on audio played in real time, so
+# the lanes share the CPU well. Every phase runs even when one before it failed; any failure
+# fails the script.
+kernels_then_clients() {
   local failed=0
   phase kernels kernel_tests "$@" || failed=1
-  phase bench pytest_in bench -n 2 tests/bench microbench/tests "$@" || failed=1
   phase clients client_tests "$@" || failed=1
-  phase browser pytest_in browser e2e "$@" || failed=1
   return "$failed"
 }
-set -m  # the side lane in a process group of its own
-side_lane "$@" &
-side=$!
+bench_then_browser() {
+  local failed=0
+  phase bench pytest_in bench -n 2 tests/bench microbench/tests "$@" || failed=1
+  phase browser browser_tests "$@" || failed=1
+  return "$failed"
+}
+set -m  # each lane in a process group of its own
+kernels_then_clients "$@" &
+lanes+=($!)
+bench_then_browser "$@" &
+lanes+=($!)
 set +m
 failed=0
-# The default set on two workers (pytest-xdist), each test file on one worker, so a file's
-# server or engine is started once.
-phase default pytest_in default -n 2 --dist loadfile tests/unit tests/engine tests/integration "$@" || failed=1
-wait "$side" || failed=1
-side=""
+# The default set on three workers (pytest-xdist: much of it waits), each test file on one
+# worker, so a file's server or engine is started once.
+phase default pytest_in default -n 3 --dist loadfile tests/unit tests/engine tests/integration "$@" || failed=1
+for lane in "${lanes[@]}"; do
+  wait "$lane" || failed=1
+done
+lanes=()
 exit "$failed"

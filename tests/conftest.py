@@ -83,12 +83,22 @@ def _split_by_interpreter(items) -> None:
             item.add_marker(no_gpu)
 
 
+def pytest_addoption(parser):
+    parser.addoption("--tiny-checkpoint", metavar="DIR", default=None,
+                     help="a tiny checkpoint made beforehand (`chorus make-checkpoint --size tiny --seed 0 --out "
+                          "DIR`), used instead of making one: scripts/test.sh makes one for all its runs")
+
+
 @pytest.fixture(scope="session")
-def tiny_checkpoint(tmp_path_factory) -> Path:
+def tiny_checkpoint(tmp_path_factory, pytestconfig) -> Path:
     """Made once per run: the workers of one `pytest -n` run share it (under their common
-    temporary folder, the first to take the lock makes it); tests only read it."""
+    temporary folder, the first to take the lock makes it), unless `--tiny-checkpoint` names
+    one; tests only read it."""
     from server.checkpoint import make_checkpoint
 
+    given = pytestconfig.getoption("tiny_checkpoint")
+    if given:
+        return Path(given)
     root = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         root = root.parent  # the run's folder, above each worker's own

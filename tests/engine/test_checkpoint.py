@@ -110,11 +110,13 @@ def test_full_size_architecture_without_running_it():
     assert (hubert.model_type, hubert.hidden_size, hubert.num_hidden_layers) == ("hubert", 768, 12)
 
 
-def test_make_checkpoint_is_deterministic(tmp_path):
+def test_make_checkpoint_is_deterministic(tmp_path, tiny_checkpoint):
+    """The same seed, the same weights: made again here, the run's checkpoint (seed 0, made
+    once per run, perhaps by another worker process)."""
     from safetensors.torch import load_file
 
-    a = make_checkpoint("tiny", tmp_path / "a", seed=5)
-    b = make_checkpoint("tiny", tmp_path / "b", seed=5)
+    a = tiny_checkpoint
+    b = make_checkpoint("tiny", tmp_path / "b", seed=0)
     wa, wb = load_file(a / "model.safetensors"), load_file(b / "model.safetensors")
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
     ca = load_file(a / "audio_tokenizer" / "model.safetensors")
