@@ -71,28 +71,22 @@ client_tests() {  # the client and its Pipecat and LiveKit plugins, against a `c
     --basetemp="$logs/tmp-clients" --tiny-checkpoint="$logs/tiny" -n 2 tests/clients "$@"
 }
 
-# Beside the default set, two lanes, each one phase after another: the Triton kernels on the CPU
-# through Triton's interpreter, then the client tests; the benchmark suite's tests with the kernel
-# micro-benchmarks' own, then the browser tests (one process: Playwright's sync API keeps an event
-# loop running in it). Much of the suite waits on sockets and on audio played in real time, so
-# the lanes share the CPU well. Every phase runs even when one before it failed; any failure
+# Beside the default set, in one lane, one after another: the Triton kernels on the CPU through
+# Triton's interpreter, the benchmark suite's tests with the kernel micro-benchmarks' own, the
+# client tests and the browser tests (one process: Playwright's sync API keeps an event loop
+# running in it). Much of the default set waits on sockets and on audio played in real time, so
+# the two lanes share the CPU well. Every phase runs even when one before it failed; any failure
 # fails the script.
-kernels_then_clients() {
+side_lane() {
   local failed=0
   phase kernels kernel_tests "$@" || failed=1
-  phase clients client_tests "$@" || failed=1
-  return "$failed"
-}
-bench_then_browser() {
-  local failed=0
   phase bench pytest_in bench -n 2 tests/bench microbench/tests "$@" || failed=1
+  phase clients client_tests "$@" || failed=1
   phase browser browser_tests "$@" || failed=1
   return "$failed"
 }
-set -m  # each lane in a process group of its own
-kernels_then_clients "$@" &
-lanes+=($!)
-bench_then_browser "$@" &
+set -m  # the side lane in a process group of its own
+side_lane "$@" &
 lanes+=($!)
 set +m
 failed=0
