@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Set up .venv with the dev extras, lint, and run the whole test suite: the default set (unit and
-# integration), the benchmark suite's tests, the kernels under Triton's interpreter, the client
-# tests (in their own environment) and the browser tests.
+# Set up .venv with the dev extras, lint, and run the whole test suite: the default set (tests/unit,
+# tests/engine, tests/integration), the benchmark suite's tests, the kernels under Triton's
+# interpreter, the client tests (in their own environment) and the browser tests. Arguments go to
+# every pytest run (e.g. `--durations=20`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -20,21 +21,80 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo apt-get update -qq
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
 fi
-# Here a missing browser or database is a failure, not a reason to skip their tests.
-export CHORUS_E2E_REQUIRE_BROWSER=1 CHORUS_REQUIRE_POSTGRES=1
-# tests/ on two workers (pytest-xdist: much of it waits on servers and sockets); then the
-# benchmark suite's tests (marker `bench`, left out of a plain `pytest`) with the kernel
-# micro-benchmarks' own; then the client and its Pipecat and LiveKit plugins in their own
-# environment (scripts/setup-clients.sh) against a `chorus serve` run by .venv (a missing
-# framework is a failure, not a skip); last the browser tests in one process (Playwright's
-# sync API keeps an event loop running in it).
-.venv/bin/python -m pytest -q -n 2 tests --ignore=tests/clients "$@"
-.venv/bin/python -m pytest -q -n 2 -m bench tests microbench/tests --ignore=tests/clients "$@"
-# The Triton kernels on the CPU (marker `kernels`): Triton picks its interpreter when it is
-# imported, so they run in a process of their own started with TRITON_INTERPRET=1 (where every
-# other test is skipped: tests/conftest.py).
-TRITON_INTERPRET=1 .venv/bin/python -m pytest -q -n 2 -m kernels tests --ignore=tests/clients "$@"
-scripts/setup-clients.sh
-CHORUS_REQUIRE_CLIENT_FRAMEWORKS=1 CHORUS_SERVER_PYTHON=.venv/bin/python \
-  .venv-clients/bin/python -m pytest -q -n 2 -m "bench or not bench" tests/clients "$@"
-exec .venv/bin/python -m pytest -q -m browser e2e "$@"
+# Here a missing browser, database or agent framework is a failure, not a reason to skip.
+export CHORUS_E2E_REQUIRE_BROWSER=1 CHORUS_REQUIRE_POSTGRES=1 CHORUS_REQUIRE_CLIENT_FRAMEWORKS=1
+# One compute thread per process: the phases, workers and servers below already fill the cores,
+# and thread pools that spin while they wait would take CPU time from one another.
+export OMP_NUM_THREADS=1
+
+logs=$(mktemp -d)
+lanes=()
+# On the way out (an interrupt too), the lanes' process groups go with the script.
+trap 'for lane in "${lanes[@]}"; do kill -- "-$lane" 2> /dev/null || true; done; rm -rf "$logs"' EXIT
+trap 'exit 130' INT TERM
+
+# phase NAME COMMAND...: run COMMAND with its output in a log of its own; when it ends, print
+# its status, its time and its log in one piece (phases run side by side) and return its status.
+phase() {
+  local name=$1 start=$SECONDS status=0
+  shift
+  "$@" > "$logs/$name.log" 2>&1 || status=$?
+  {
+    flock 9
+    if [ "$status" -eq 0 ]; then echo "=== $name: passed in $((SECONDS - start)) s"
+    else echo "=== $name: FAILED (exit $status) after $((SECONDS - start)) s"; fi
+    cat "$logs/$name.log"
+  } 9> "$logs/print.lock"
+  return "$status"
+}
+
+# One tiny random checkpoint for every run below (they only read it).
+.venv/bin/python -m server make-checkpoint --size tiny --seed 0 --out "$logs/tiny" > /dev/null
+
+pytest_in() {  # pytest_in NAME ARGS...: pytest of .venv with a temporary folder of its own
+  local name=$1
+  shift
+  .venv/bin/python -m pytest -q -p no:cacheprovider --basetemp="$logs/tmp-$name" --tiny-checkpoint="$logs/tiny" "$@"
+}
+
+kernel_tests() {  # Triton picks its interpreter when it is imported: a process of their own
+  TRITON_INTERPRET=1 pytest_in kernels tests/kernels "$@"
+}
+
+browser_tests() {  # e2e/ has no tests/conftest.py: its servers run the demo checkpoint
+  .venv/bin/python -m pytest -q -p no:cacheprovider --basetemp="$logs/tmp-browser" e2e "$@"
+}
+
+client_tests() {  # the client and its Pipecat and LiveKit plugins, against a `chorus serve` of .venv
+  scripts/setup-clients.sh
+  CHORUS_SERVER_PYTHON=.venv/bin/python .venv-clients/bin/python -m pytest -q -p no:cacheprovider \
+    --basetemp="$logs/tmp-clients" --tiny-checkpoint="$logs/tiny" -n 2 tests/clients "$@"
+}
+
+# Beside the default set, in one lane, one after another: the Triton kernels on the CPU through
+# Triton's interpreter, the benchmark suite's tests with the kernel micro-benchmarks' own, the
+# client tests and the browser tests (one process: Playwright's sync API keeps an event loop
+# running in it). Much of the default set waits on sockets and on audio played in real time, so
+# the two lanes share the CPU well. Every phase runs even when one before it failed; any failure
+# fails the script.
+side_lane() {
+  local failed=0
+  phase kernels kernel_tests "$@" || failed=1
+  phase bench pytest_in bench -n 2 tests/bench microbench/tests "$@" || failed=1
+  phase clients client_tests "$@" || failed=1
+  phase browser browser_tests "$@" || failed=1
+  return "$failed"
+}
+set -m  # the side lane in a process group of its own
+side_lane "$@" &
+lanes+=($!)
+set +m
+failed=0
+# The default set on three workers (pytest-xdist: much of it waits), each test file on one
+# worker, so a file's server or engine is started once.
+phase default pytest_in default -n 3 --dist loadfile tests/unit tests/engine tests/integration "$@" || failed=1
+for lane in "${lanes[@]}"; do
+  wait "$lane" || failed=1
+done
+lanes=()
+exit "$failed"

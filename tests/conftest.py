@@ -1,12 +1,15 @@
-"""Shared fixtures: one tiny random checkpoint per test run, the reference model on it; and
-the split between the kernel tests (marker `kernels`, run by a process started with
-`TRITON_INTERPRET=1`) and every other test (run by a process without it)."""
+"""Shared fixtures: one tiny random checkpoint per test run, the reference model on it; the
+markers each folder gives its tests; and the split between the kernel tests (tests/kernels,
+run by a process started with `TRITON_INTERPRET=1`) and every other test (run by a process
+without it)."""
 
 from __future__ import annotations
 
 import fcntl
 import importlib.util
 import os
+import shutil
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -29,16 +32,45 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+TESTS = Path(__file__).resolve().parent
+FOLDER_MARKERS = {"kernels": "kernels", "bench": "bench"}  # tests/<folder> -> the marker of its tests
+DEFAULT_FOLDERS = ("unit", "engine", "integration")  # `pytest`'s default set (pyproject's testpaths)
+
+
+def _folder(item) -> str | None:
+    """The folder under tests/ an item lives in (None outside tests/)."""
+    try:
+        return Path(item.path).resolve().relative_to(TESTS).parts[0]
+    except ValueError:
+        return None
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
+    """The folder is the marker, before `-m` selects: tests/kernels are `kernels`, tests/bench
+    are `bench`, so `pytest tests/kernels` and `pytest -m kernels tests` run the same tests.
+    A test of the default folders that carries either marker is a test in the wrong folder."""
+    for item in items:
+        folder = _folder(item)
+        if folder in FOLDER_MARKERS:
+            item.add_marker(FOLDER_MARKERS[folder])
+        elif folder in DEFAULT_FOLDERS:
+            wrong = [m for m in FOLDER_MARKERS.values() if item.get_closest_marker(m) is not None]
+            if wrong:
+                raise pytest.UsageError(f"{item.nodeid} is marked {wrong[0]}: move it to tests/{wrong[0]}/")
+    _split_by_interpreter(items)
+
+
+def _split_by_interpreter(items) -> None:
     """Triton chooses its interpreter when it is imported, so one process runs either the kernel
     tests (under the interpreter) or the others (compiled kernels, torch paths), never both;
     tests marked `gpu` are skipped without CUDA."""
     need_interpreter = pytest.mark.skip(
-        reason="a Triton-interpreter test: run it with `TRITON_INTERPRET=1 pytest -m kernels`")
+        reason="a Triton-interpreter test: run it with `TRITON_INTERPRET=1 pytest tests/kernels`")
     no_triton = pytest.mark.skip(reason="needs Triton")
     no_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
     not_here = pytest.mark.skip(
-        reason="TRITON_INTERPRET=1 is set: this process runs the kernel tests (`-m kernels`) only")
+        reason="TRITON_INTERPRET=1 is set: this process runs the kernel tests (tests/kernels) only")
     for item in items:
         is_kernel_test = item.get_closest_marker("kernels") is not None
         if is_kernel_test and not INTERPRETER_ON:
@@ -51,12 +83,22 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(no_gpu)
 
 
+def pytest_addoption(parser):
+    parser.addoption("--tiny-checkpoint", metavar="DIR", default=None,
+                     help="a tiny checkpoint made beforehand (`chorus make-checkpoint --size tiny --seed 0 --out "
+                          "DIR`), used instead of making one: scripts/test.sh makes one for all its runs")
+
+
 @pytest.fixture(scope="session")
-def tiny_checkpoint(tmp_path_factory) -> Path:
+def tiny_checkpoint(tmp_path_factory, pytestconfig) -> Path:
     """Made once per run: the workers of one `pytest -n` run share it (under their common
-    temporary folder, the first to take the lock makes it); tests only read it."""
+    temporary folder, the first to take the lock makes it), unless `--tiny-checkpoint` names
+    one; tests only read it."""
     from server.checkpoint import make_checkpoint
 
+    given = pytestconfig.getoption("tiny_checkpoint")
+    if given:
+        return Path(given)
     root = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         root = root.parent  # the run's folder, above each worker's own
@@ -80,7 +122,7 @@ def model(tiny_checkpoint):
 @pytest.fixture(scope="module")
 def engine(model):
     """A started CPU engine (default settings) on the module's model."""
-    from tests.engine_helpers import start_engine
+    from tests.support.engine_helpers import start_engine
 
     eng = start_engine(model)
     yield eng
@@ -129,8 +171,8 @@ def shared_engine(tiny_checkpoint):
 
 @pytest.fixture(scope="session")
 def start_inproc(shared_engine, tiny_checkpoint):
-    """`start_inproc(workdir, *flags)`: a started `tests.inproc.InProcessServer` (stop it)."""
-    from tests.inproc import InProcessServer
+    """`start_inproc(workdir, *flags)`: a started `tests.support.inproc.InProcessServer` (stop it)."""
+    from tests.support.inproc import InProcessServer
 
     def start(workdir: Path, *flags: str) -> InProcessServer:
         return InProcessServer(shared_engine, tiny_checkpoint, workdir, *flags).start()
@@ -140,8 +182,42 @@ def start_inproc(shared_engine, tiny_checkpoint):
 
 @pytest.fixture(scope="session")
 def chorus_server(start_inproc, tmp_path_factory):
-    """One real Chorus server (in-process, `tests.inproc`) on the tiny checkpoint, shared by
+    """One real Chorus server (in-process, `tests.support.inproc`) on the tiny checkpoint, shared by
     the integration tests that need no special flags."""
     server = start_inproc(tmp_path_factory.mktemp("server"))
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """One throwaway PostgreSQL server per test process (`tests.support.pg_server`); skipped
+    where PostgreSQL is not installed, unless CHORUS_REQUIRE_POSTGRES=1 (scripts/test.sh)."""
+    from tests.support import pg_server  # not at the top: the client tests' environment has no psycopg
+
+    if not pg_server.available():
+        if os.environ.get("CHORUS_REQUIRE_POSTGRES") == "1":
+            pytest.fail("PostgreSQL is required here (scripts/test.sh installs it)")
+        pytest.skip("PostgreSQL is not installed")
+    root = tempfile.mkdtemp(prefix="chorus-pg-")  # not under pytest's: the postgres user must reach it
+    server = pg_server.PostgresServer(root).start()
+    yield server
+    server.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def postgres_dsn(postgres) -> str:
+    """A new, empty database of the run's PostgreSQL server."""
+    return postgres.new_database()
+
+
+@pytest.fixture
+def postgres_replicas(postgres_dsn):
+    """Two PostgreSQL voice libraries on one new database, as two replicas of a server see it."""
+    from server.voices.postgres import PostgresVoiceStore
+
+    a, b = PostgresVoiceStore(postgres_dsn), PostgresVoiceStore(postgres_dsn)
+    yield a, b
+    a.close()
+    b.close()

@@ -3,7 +3,7 @@ times and checks its variants, and the attention probe fits its cost line."""
 
 from __future__ import annotations
 
-import subprocess
+import runpy
 import sys
 
 import pytest
@@ -13,13 +13,17 @@ pytestmark = pytest.mark.bench
 
 @pytest.mark.parametrize("module", ["microbench.attention_sweep", "microbench.attention_grid_probe",
                                     "microbench.gemm_algos", "microbench.kernels", "microbench.qk_rope_sweep"])
-def test_each_refuses_a_machine_without_cuda(module):
+def test_each_refuses_a_machine_without_cuda(module, capsys, monkeypatch):
+    """`python -m <module>` as its command line runs it (in this process: torch is imported once)."""
     import torch
 
     if torch.cuda.is_available():
         pytest.skip("a GPU is here: the sweep would run")
-    run = subprocess.run([sys.executable, "-m", module], capture_output=True, text=True, timeout=120)
-    assert run.returncode == 2 and "CUDA" in run.stderr
+    monkeypatch.setattr(sys, "argv", [module])
+    monkeypatch.delitem(sys.modules, module, raising=False)  # run afresh as __main__, as `-m` does
+    with pytest.raises(SystemExit) as exited:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    assert exited.value.code == 2 and "CUDA" in capsys.readouterr().err
 
 
 def test_a_sweep_row_times_each_variant_and_checks_it_against_the_default():

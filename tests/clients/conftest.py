@@ -41,8 +41,10 @@ def require_framework(module: str):
 
 
 @pytest.fixture(scope="session")
-def client_checkpoint(tmp_path_factory) -> Path:
-    return make_checkpoint(tmp_path_factory.mktemp("client-ckpt") / "tiny")
+def client_checkpoint(tmp_path_factory, pytestconfig) -> Path:
+    """The tiny checkpoint `--tiny-checkpoint` names (tests/conftest.py), or one made here."""
+    given = pytestconfig.getoption("tiny_checkpoint")
+    return Path(given) if given else make_checkpoint(tmp_path_factory.mktemp("client-ckpt") / "tiny")
 
 
 @pytest.fixture(scope="session")
