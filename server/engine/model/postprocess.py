@@ -2,7 +2,7 @@
 
 A vectorised port of `OmniVoice._post_process_audio` (pydub's silence removal, loudness, fade
 and pad) that does the same arithmetic for all windows at once, off the GIL; every sample is
-bit-identical to the reference's (tests/test_postprocess_port.py).
+bit-identical to the reference's (tests/unit/test_postprocess_port.py).
 """
 
 from __future__ import annotations
