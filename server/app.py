@@ -99,6 +99,7 @@ def create_app(cfg: ServerConfig, engine: Engine | None = None, owns_engine: boo
             max_references_bytes=cfg.max_references_bytes,
             max_voice_encodes=cfg.max_voice_encodes or ENCODES_PER_ENGINE * _engine_count(running),
             keep=KeepPolicy(cfg.kept_voice_ttl, cfg.max_kept_voices), aligner=aligner,
+            normalize_workers=cfg.normalize_workers,
         )
         app.state.service.builtins.model_key = await asyncio.to_thread(model_key, cfg.model, running.model_name)
         app.state.ready = True
@@ -112,6 +113,7 @@ def create_app(cfg: ServerConfig, engine: Engine | None = None, owns_engine: boo
             app.state.ready = False
             if engine is None or owns_engine:  # ends what is left with `cancelled`
                 await asyncio.to_thread(running.stop)
+            service.text.close()
             store.close()
             if aligner is not None:
                 aligner.close()

@@ -69,6 +69,7 @@ class ServerConfig:
     max_reference_seconds: float = 60.0
     max_references_bytes: int = 64 * 1024 * 1024  # one-shot references (base64) being prepared, server-wide
     max_voice_encodes: int | None = None  # reference clips encoded at once, server-wide; None: 2 per engine
+    normalize_workers: int = 2  # processes running `normalize_text`'s grammars (started at first use)
     max_voices: int = 1000  # voices in the library
     max_voices_bytes: int = 256 * 1024 * 1024  # stored voice data, all voices together
     kept_voice_ttl: float = 86400.0  # seconds a `keep_voice` voice stays usable

@@ -104,7 +104,7 @@ class SynthesisService:
     def __init__(self, engine: Engine, voices: VoiceLibrary, metrics: Metrics, *,
                  max_queue: int, asr_available: bool = False, audio_limits: AudioLimits = AudioLimits(),
                  max_references_bytes: int | None = None, max_voice_encodes: int = 2,
-                 keep: KeepPolicy | None = None, aligner: Aligner | None = None):
+                 keep: KeepPolicy | None = None, aligner: Aligner | None = None, normalize_workers: int = 1):
         self.engine = engine
         self.voices = voices
         self.metrics = metrics
@@ -122,7 +122,8 @@ class SynthesisService:
         # encodes share the CPU with the step loop: at most this many at once, the rest wait in order
         self.encode_slots = asyncio.Semaphore(max_voice_encodes)
         self.builtins = BuiltinVoices(self)
-        self.text = TextPreparer(voices.list_pronunciations, self._voice_ids)  # lexicon, normalisation
+        self.text = TextPreparer(voices.list_pronunciations, self._voice_ids,  # lexicon, normalisation
+                                 normalize_workers=normalize_workers)
 
     @property
     def sample_rate(self) -> int:

@@ -63,6 +63,12 @@ def language_code(language: str | None, text: str) -> str:
     return "zh" if _CJK.search(text) else "en"
 
 
+def uses_grammars(text: str, language: str | None) -> bool:
+    """Whether `normalize(text, language)` runs WeTextProcessing's grammars (English or
+    Chinese, installed): slow C++ that keeps the GIL (`server.text.normalize_workers`)."""
+    return bool(text.strip()) and available() and language_code(language, text) in ("zh", "en")
+
+
 def _normalizer(code: str) -> tuple[Callable[[str], str], bool]:
     """The function for one language and whether pinyin is protected (Chinese)."""
     module = _text()
@@ -84,8 +90,8 @@ def normalize(text: str, language: str | None) -> str:
 
 def report_availability() -> None:
     """Say at start what `normalize_text` can do here. The grammars themselves load at their
-    language's first use (under a second each on a CPU core): loading both at every start
-    would cost every replica, and every test server, a few CPU-seconds it may never need."""
+    language's first use, in a worker process: loading both at every start would cost every
+    replica, and every test server, a few CPU-seconds it may never need."""
     if not available():
         log.warning("normalize_text: WeTextProcessing is not installed (pip install 'chorus-tts[tn]'); "
                     "English text gets only bare integers read as words (num2words), Chinese none")

@@ -130,3 +130,14 @@ def test_long_instructions_do_not_hold_the_event_loop(server, instructions, stat
     if status != 200:
         assert r.json()["error"]["field"] == "instructions"
     assert probe.slowest < HEALTH_BOUND_S, f"/healthz took {probe.slowest * 1000:.0f} ms"
+
+
+def test_normalising_a_long_text_does_not_hold_the_event_loop(server):
+    """WeTextProcessing keeps the GIL for its whole call (milliseconds a character, and the
+    grammars load at first use): it must run outside the server's process."""
+    text = "On 3/4/2020 I paid $12.50 for 3 apples at 10:30am. " * 20
+    body = {"input": text, "normalize_text": True, "num_step": 2, "response_format": "pcm"}
+    with HealthProbe(server.url) as probe:
+        r = httpx.post(server.url + "/v1/audio/speech", json=body, timeout=NO_HANG_S)
+    assert r.status_code == 200, r.text[:300]
+    assert probe.slowest < HEALTH_BOUND_S, f"/healthz took {probe.slowest * 1000:.0f} ms"

@@ -1,0 +1,55 @@
+"""`normalize_text`'s grammars in worker processes, never in the server's own.
+
+WeTextProcessing runs its grammars (pynini) in C++ without letting go of the GIL: one call
+costs milliseconds per character, and the first in a process loads the language's grammars.
+On a thread of the server that would stall the event loop (every connection) and the
+engine's step loop with it, for as long as one request's text takes. So English and Chinese
+go to a small pool of processes; what holds no GIL for long (`num2words`) stays on a thread.
+
+The pool starts at the first request that needs it (a server never asked for normalisation
+pays nothing) and each worker loads a language's grammars at its first use there. A worker
+that dies is replaced: the request it was serving fails, the others go on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+
+from server.text import normalize as normalizer
+
+log = logging.getLogger("chorus.text")
+
+
+class NormalizerWorkers:
+    def __init__(self, workers: int):
+        self.workers = workers
+        self._pool: ProcessPoolExecutor | None = None
+
+    def _executor(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            # spawn: the server has threads (the engine's) that a fork would copy mid-flight
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
+        return self._pool
+
+    async def normalize(self, text: str, language: str | None) -> str:
+        """`normalize.normalize(text, language)`, off this process's GIL when it runs grammars."""
+        if not normalizer.uses_grammars(text, language):
+            return await asyncio.to_thread(normalizer.normalize, text, language)
+        pool = self._executor()
+        try:
+            return await asyncio.get_running_loop().run_in_executor(pool, normalizer.normalize, text, language)
+        except BrokenProcessPool:
+            if self._pool is pool:  # the first to see it replaces the pool; later calls get a new one
+                log.error("normalize_text: a worker process died; starting new ones")
+                self._pool = None
+                pool.shutdown(wait=False, cancel_futures=True)
+            raise RuntimeError("normalize_text: the worker process died") from None
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
