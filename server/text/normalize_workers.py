@@ -7,8 +7,11 @@ engine's step loop with it, for as long as one request's text takes. So English 
 go to a small pool of processes; what holds no GIL for long (`num2words`) stays on a thread.
 
 The pool starts at the first request that needs it (a server never asked for normalisation
-pays nothing) and each worker loads a language's grammars at its first use there. A worker
-that dies is replaced: the request it was serving fails, the others go on.
+pays nothing). Its workers fork from a fork server that imported only the grammars
+(`grammar_preload`: loaded once a process, not once a worker) and none of the server's
+threads; where there is no fork server (not Unix) they are spawned and load the grammars at
+their first use. A worker that dies is replaced: the request it was serving fails, the others
+go on.
 """
 
 from __future__ import annotations
@@ -24,6 +27,15 @@ from server.text import normalize as normalizer
 log = logging.getLogger("chorus.text")
 
 
+def _context() -> multiprocessing.context.BaseContext:
+    """Never a plain fork: the server has threads (the engine's) that it would copy mid-flight."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["server.text.grammar_preload"])  # read when it starts, once
+    return context
+
+
 class NormalizerWorkers:
     def __init__(self, workers: int):
         self.workers = workers
@@ -31,8 +43,7 @@ class NormalizerWorkers:
 
     def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:
-            # spawn: the server has threads (the engine's) that a fork would copy mid-flight
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=_context())
         return self._pool
 
     async def normalize(self, text: str, language: str | None) -> str:
