@@ -14,8 +14,7 @@ WEB_MODULES = ["server.app", "server.protocol", "server.service", "server.voices
                "server.voices.postgres", "server.audio_io", "server.metrics", "server.api.stream",
                "server.api.speech", "server.api.voices", "server.api.ops", "server.encoders",
                "server.instructions", "server.builtin_voices", "server.speech_body", "server.kept_voices",
-               "server.text.normalize", "server.text.normalize_workers", "server.text.grammar_preload",
-               "server.text.prepare",
+               "server.text.normalize", "server.text.normalize_workers", "server.text.prepare",
                "server.api.schema_page", "server.text.lexicon",
                "server.api.pronunciations", "server.timestamps.clock", "server.timestamps.model_words"]
 # The engine's rooms, highest first: a room imports only itself and the rooms after it. Modules
