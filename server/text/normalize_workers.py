@@ -36,21 +36,31 @@ def _context() -> multiprocessing.context.BaseContext:
     return context
 
 
+def _started_pool(workers: int) -> ProcessPoolExecutor:
+    """A pool with its first worker up (blocking: the first start in a process waits for the
+    fork server to load the grammars, so it runs on a thread)."""
+    pool = ProcessPoolExecutor(workers, mp_context=_context())
+    pool.submit(int).result()
+    return pool
+
+
 class NormalizerWorkers:
     def __init__(self, workers: int):
         self.workers = workers
         self._pool: ProcessPoolExecutor | None = None
+        self._starting = asyncio.Lock()
 
-    def _executor(self) -> ProcessPoolExecutor:
-        if self._pool is None:
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=_context())
+    async def _executor(self) -> ProcessPoolExecutor:
+        async with self._starting:  # one start at a time; the requests behind it wait for it
+            if self._pool is None:
+                self._pool = await asyncio.to_thread(_started_pool, self.workers)
         return self._pool
 
     async def normalize(self, text: str, language: str | None) -> str:
         """`normalize.normalize(text, language)`, off this process's GIL when it runs grammars."""
         if not normalizer.uses_grammars(text, language):
             return await asyncio.to_thread(normalizer.normalize, text, language)
-        pool = self._executor()
+        pool = await self._executor()
         try:
             return await asyncio.get_running_loop().run_in_executor(pool, normalizer.normalize, text, language)
         except BrokenProcessPool:
