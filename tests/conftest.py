@@ -113,10 +113,10 @@ def tiny_checkpoint(tmp_path_factory, pytestconfig) -> Path:
 @pytest.fixture(scope="module")
 def model(tiny_checkpoint):
     """A float32 CPU model for one test module's engines (their own instance: engine tests
-    wrap and patch what they run)."""
-    from server.checkpoint import load_omnivoice
+    wrap and patch what they run; `tests.support.engine_helpers.load_model`)."""
+    from tests.support.engine_helpers import load_model
 
-    return load_omnivoice(str(tiny_checkpoint), "cpu", "float32")
+    return load_model(tiny_checkpoint)
 
 
 @pytest.fixture(scope="module")
@@ -131,10 +131,11 @@ def engine(model):
 
 @pytest.fixture(scope="session")
 def reference_model(tiny_checkpoint):
-    """The reference `OmniVoice`, loaded by its own `from_pretrained`, float32 on CPU."""
-    from server.checkpoint import load_omnivoice
+    """The reference `OmniVoice`, loaded by its own `from_pretrained`, float32 on CPU (a copy
+    of the process's one load: `tests.support.engine_helpers.load_model`)."""
+    from tests.support.engine_helpers import load_model
 
-    return load_omnivoice(str(tiny_checkpoint), "cpu", "float32")
+    return load_model(tiny_checkpoint)
 
 
 def make_reference_clip(seconds: float = 2.0, sample_rate: int = 16000, seed: int = 7) -> np.ndarray:
