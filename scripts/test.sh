@@ -26,6 +26,10 @@ export CHORUS_E2E_REQUIRE_BROWSER=1 CHORUS_REQUIRE_POSTGRES=1 CHORUS_REQUIRE_CLI
 # One compute thread per process: the phases, workers and servers below already fill the cores,
 # and thread pools that spin while they wait would take CPU time from one another.
 export OMP_NUM_THREADS=1
+# Each module byte-compiled once, by the first process that imports it (scripts/setup.sh
+# compiles only what a server imports), where the environment would have every process
+# compile it again.
+unset PYTHONDONTWRITEBYTECODE
 
 logs=$(mktemp -d)
 lanes=()
@@ -50,6 +54,15 @@ phase() {
 
 # One tiny random checkpoint for every run below (they only read it).
 .venv/bin/python -m server make-checkpoint --size tiny --seed 0 --out "$logs/tiny" > /dev/null
+
+# One fork server for every phase (tests/support/forkserver.py): it imports torch and the
+# server's other libraries once, and the tests' `chorus serve` processes are forks of it. It
+# ends with this script (its stdin closes).
+forkserver="chorus-forkserver-$$-$RANDOM"
+coproc FORKSERVER { exec .venv/bin/python -m tests.support.forkserver "$forkserver" 2> /dev/null; }
+if read -r ready <&"${FORKSERVER[0]}" && [ "$ready" = ready ]; then
+  export CHORUS_TEST_FORKSERVER_AT="$forkserver"
+fi
 
 pytest_in() {  # pytest_in NAME ARGS...: pytest of .venv with a temporary folder of its own
   local name=$1
