@@ -11,6 +11,7 @@ import pytest
 from playwright.sync_api import Locator, Page, expect
 
 from server.launcher import ServerProcess, ServerStartError
+from tests.support.forkserver import ForkedLaunch
 
 REPO = Path(__file__).resolve().parent.parent
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
@@ -33,8 +34,9 @@ CHROMIUM_ARGS = [
 ]
 
 
-class ChorusServer(ServerProcess):
-    """A demo-checkpoint `chorus serve` (the shared launcher) with its cache folder."""
+class ChorusServer(ForkedLaunch, ServerProcess):
+    """A demo-checkpoint `chorus serve` (the shared launcher, its child forked by
+    `tests.support.forkserver`) with its cache folder."""
 
     def __init__(self, workdir: Path, name: str, extra_args: list[str], cache_dir: Path):
         env = dict(os.environ, CHORUS_CACHE_DIR=str(cache_dir))

@@ -13,10 +13,14 @@ clients_stamp=".venv-clients/.chorus-installed-$(cat client/pyproject.toml pypro
 if [ ! -f "$clients_stamp" ]; then
   clients_deps=(-e "./client[pipecat,livekit]" "pytest>=8" "pytest-xdist>=3.5" "openai>=1.40")
   if [ -x .venv/bin/uv ]; then
-    .venv/bin/uv pip install --python .venv-clients/bin/python --compile-bytecode -q "${clients_deps[@]}"
+    .venv/bin/uv pip install --python .venv-clients/bin/python -q "${clients_deps[@]}"
   else
     .venv-clients/bin/python -m pip install -q "${clients_deps[@]}"
   fi
+  # byte-compiled by importing it once: what the client tests import, not all of the environment
+  # (scripts/setup.sh says why)
+  PYTHONDONTWRITEBYTECODE= .venv-clients/bin/python -W ignore -c \
+    "import chorus_client, httpx, openai, pytest, xdist, pipecat.frames.frames, pipecat.services.tts_service, livekit.agents"
   rm -f .venv-clients/.chorus-installed-*
   touch "$clients_stamp"
 fi

@@ -68,7 +68,7 @@ class ServerProcess:
         self._log_start = self._log.tell()
         self._ready.clear()
         self.url = ""
-        self.proc = subprocess.Popen(cmd, cwd=self.cwd, env=env, stdout=subprocess.PIPE, stderr=self._log)
+        self.proc = self._popen(cmd, env)
         self._pump_thread = threading.Thread(target=self._pump, args=(self.proc, self._log), daemon=True)
         self._pump_thread.start()
         if not self._ready.wait(timeout) or not self.url:
@@ -77,6 +77,10 @@ class ServerProcess:
                                    f"({self.log_path}):\n{self.log()[-4000:]}")
         self.port = int(self.url.rsplit(":", 1)[1])
         return self
+
+    def _popen(self, cmd: list[str], env: dict[str, str]) -> subprocess.Popen:
+        """The child itself: stdout piped here (for the ready line), stderr into the log."""
+        return subprocess.Popen(cmd, cwd=self.cwd, env=env, stdout=subprocess.PIPE, stderr=self._log)
 
     def _pump(self, proc: subprocess.Popen, log) -> None:
         """Copy stdout into the log, noting the ready line; `_ready` is set at the line or at exit."""

@@ -37,6 +37,19 @@ FOLDER_MARKERS = {"kernels": "kernels", "bench": "bench"}  # tests/<folder> -> t
 DEFAULT_FOLDERS = ("unit", "engine", "integration")  # `pytest`'s default set (pyproject's testpaths)
 
 
+# The files that take longest, longest first (most of their time is waiting: audio read in real
+# time, drain windows, timeouts, processes that start and stop). `pytest -n` hands files to its
+# workers in collection order, so these start first and their waits overlap the other files
+# instead of trailing after them.
+LONGEST_FIRST = (
+    "integration/test_hardening_outbox.py", "integration/test_hostile_clients.py", "engine/test_engine_process.py",
+    "integration/test_hardening_shutdown.py", "integration/test_loadtest.py", "integration/test_audio_limits.py",
+    "integration/test_cli.py", "integration/test_cli_errors.py", "bench/test_agents_bench.py",
+    "bench/test_timeline.py", "integration/test_fuzz.py", "integration/test_builtin_voices.py",
+    "bench/test_capacity_bench.py", "integration/test_limits.py",
+)
+
+
 def _folder(item) -> str | None:
     """The folder under tests/ an item lives in (None outside tests/)."""
     try:
@@ -59,6 +72,15 @@ def pytest_collection_modifyitems(config, items):
             if wrong:
                 raise pytest.UsageError(f"{item.nodeid} is marked {wrong[0]}: move it to tests/{wrong[0]}/")
     _split_by_interpreter(items)
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(_relative(item), len(rank)))  # stable: the rest keep their order
+
+
+def _relative(item) -> str:
+    try:
+        return Path(item.path).resolve().relative_to(TESTS).as_posix()
+    except ValueError:
+        return ""
 
 
 def _split_by_interpreter(items) -> None:
@@ -113,10 +135,10 @@ def tiny_checkpoint(tmp_path_factory, pytestconfig) -> Path:
 @pytest.fixture(scope="module")
 def model(tiny_checkpoint):
     """A float32 CPU model for one test module's engines (their own instance: engine tests
-    wrap and patch what they run)."""
-    from server.checkpoint import load_omnivoice
+    wrap and patch what they run; `tests.support.engine_helpers.load_model`)."""
+    from tests.support.engine_helpers import load_model
 
-    return load_omnivoice(str(tiny_checkpoint), "cpu", "float32")
+    return load_model(tiny_checkpoint)
 
 
 @pytest.fixture(scope="module")
@@ -131,10 +153,11 @@ def engine(model):
 
 @pytest.fixture(scope="session")
 def reference_model(tiny_checkpoint):
-    """The reference `OmniVoice`, loaded by its own `from_pretrained`, float32 on CPU."""
-    from server.checkpoint import load_omnivoice
+    """The reference `OmniVoice`, loaded by its own `from_pretrained`, float32 on CPU (a copy
+    of the process's one load: `tests.support.engine_helpers.load_model`)."""
+    from tests.support.engine_helpers import load_model
 
-    return load_omnivoice(str(tiny_checkpoint), "cpu", "float32")
+    return load_model(tiny_checkpoint)
 
 
 def make_reference_clip(seconds: float = 2.0, sample_rate: int = 16000, seed: int = 7) -> np.ndarray:

@@ -12,6 +12,8 @@ import sys
 import threading
 from pathlib import Path
 
+from tests.support import forkserver
+
 ROOT = Path(__file__).resolve().parents[2]
 READY_LINE = re.compile(r"Chorus listening on (http://\S+)")
 
@@ -43,7 +45,7 @@ class ChorusProcess:
         self.model, self.workdir, self.flags, self.port = model, Path(workdir), flags, port
         self.log_path = self.workdir / "server.log"
         self.url = ""
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen | forkserver.ForkedProcess | None = None
 
     def start(self, timeout: float = 180.0) -> ChorusProcess:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -51,7 +53,8 @@ class ChorusProcess:
                "--port", str(self.port), "--voices-dir", str(self.workdir / "voices"), *self.flags]
         self.url = ""
         log = open(self.log_path, "ab")  # noqa: SIM115 - open while the process runs
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=server_env(), stdout=subprocess.PIPE, stderr=log)
+        # forked from a helper that has the server's libraries imported (`tests.support.forkserver`)
+        self.proc = forkserver.popen(cmd, "server", cmd[3:], env=server_env(), stderr=log, cwd=ROOT)
         ready = threading.Event()
 
         def pump() -> None:

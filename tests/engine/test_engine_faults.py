@@ -38,9 +38,9 @@ class Faults:
 
 @pytest.fixture(scope="module")
 def faulty(tiny_checkpoint, tmp_path_factory):
-    from server.checkpoint import load_omnivoice
+    from tests.support.engine_helpers import load_model
 
-    engine = EngineLoop(load_omnivoice(str(tiny_checkpoint), "cpu", "float32"), EngineSettings())
+    engine = EngineLoop(load_model(tiny_checkpoint), EngineSettings())
     faults = Faults()
     real_forward = engine.backbone.forward
     real_schedule = engine.scheduler.schedule

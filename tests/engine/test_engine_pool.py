@@ -13,9 +13,9 @@ from tests.support.engine_helpers import Collector
 
 @pytest.fixture(scope="module")
 def pool(tiny_checkpoint):
-    from server.checkpoint import load_omnivoice
+    from tests.support.engine_helpers import load_model
 
-    engines = [EngineLoop(load_omnivoice(str(tiny_checkpoint), "cpu", "float32"), EngineSettings(), f"engine{i}")
+    engines = [EngineLoop(load_model(tiny_checkpoint), EngineSettings(), f"engine{i}")
                for i in range(2)]
     p = EnginePool(engines)
     p.start()

@@ -63,9 +63,9 @@ class Watch:
 
 @pytest.fixture(scope="module")
 def app_engine(tiny_checkpoint, tmp_path_factory):
-    from server.checkpoint import load_omnivoice
+    from tests.support.engine_helpers import load_model
 
-    engine = EngineLoop(load_omnivoice(str(tiny_checkpoint), "cpu", "float32"), EngineSettings())
+    engine = EngineLoop(load_model(tiny_checkpoint), EngineSettings())
     watch = Watch(engine)
     engine.start()
     cfg = ServerConfig(voices_dir=tmp_path_factory.mktemp("voices"), model_name="tiny",

@@ -46,9 +46,9 @@ class GatedCodec:
 
 @pytest.fixture()
 def engine(tiny_checkpoint):
-    from server.checkpoint import load_omnivoice
+    from tests.support.engine_helpers import load_model
 
-    eng = EngineLoop(load_omnivoice(str(tiny_checkpoint), "cpu", "float32"), EngineSettings())
+    eng = EngineLoop(load_model(tiny_checkpoint), EngineSettings())
     gated = GatedCodec(eng.codec)
     eng.voice_encoder.codec = gated
     eng.start()

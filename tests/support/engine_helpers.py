@@ -1,7 +1,9 @@
-"""Helpers for engine tests: an event collector and the reference's tokens."""
+"""Helpers for engine tests: a model of the tiny checkpoint, an event collector and the
+reference's tokens."""
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections import defaultdict
 from contextlib import contextmanager
@@ -11,6 +13,27 @@ import numpy as np
 from server.engine.types import ChunkAudio, ChunkTokens, Finished, Progress
 
 GREEDY = dict(position_temperature=0.0, class_temperature=0.0)
+
+
+_LOADED: dict[tuple[str, str, str], object] = {}
+_LOADED_LOCK = threading.Lock()
+
+
+def load_model(checkpoint, device: str = "cpu", dtype: str = "float32"):
+    """A model of `checkpoint` of its own, as `server.checkpoint.load_omnivoice` loads it.
+
+    Loaded once per process and copied for each caller: its modules, weights and settings are
+    the caller's to change; the text tokenizer, which nothing changes, is shared (loading it,
+    or copying it, parses its 18 MB of JSON again: about 2 CPU-seconds)."""
+    from server.checkpoint import load_omnivoice
+
+    key = (str(checkpoint), device, dtype)
+    with _LOADED_LOCK:
+        if key not in _LOADED:
+            _LOADED[key] = load_omnivoice(*key)
+        loaded = _LOADED[key]
+    tokenizer = loaded.text_tokenizer
+    return copy.deepcopy(loaded, {id(tokenizer): tokenizer})
 
 
 def start_engine(model, **settings):

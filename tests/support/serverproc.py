@@ -9,12 +9,13 @@ import os
 from pathlib import Path
 
 from server.launcher import ServerProcess
+from tests.support.forkserver import ForkedLaunch
 from tests.support.waiting import poll_until
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-class ChorusServer(ServerProcess):
+class ChorusServer(ForkedLaunch, ServerProcess):
     def __init__(self, model: Path, workdir: Path, *args: str, env: dict[str, str] | None = None,
                  fd_limit: int | None = None, module: str = "server"):
         self.model = Path(model)
