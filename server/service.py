@@ -104,7 +104,7 @@ class SynthesisService:
     def __init__(self, engine: Engine, voices: VoiceLibrary, metrics: Metrics, *,
                  max_queue: int, asr_available: bool = False, audio_limits: AudioLimits = AudioLimits(),
                  max_references_bytes: int | None = None, max_voice_encodes: int = 2,
-                 keep: KeepPolicy | None = None, aligner: Aligner | None = None, normalize_workers: int = 1):
+                 keep: KeepPolicy | None = None, aligner: Aligner | None = None, normalize_workers: int = 2):
         self.engine = engine
         self.voices = voices
         self.metrics = metrics

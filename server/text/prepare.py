@@ -4,8 +4,7 @@ when the request asks (`normalize_text`).
 The lexicon runs in a worker thread and the normaliser's grammars in worker processes
 (`normalize_workers`: they keep the GIL for the whole call), never on the event loop, and only
 when there is work: a request without `normalize_text` and no entry that could apply goes
-straight on. A stream prepares
-each segment once it is complete (`server.streaming.session`).
+straight on. A stream prepares each segment once it is complete (`server.streaming.session`).
 
 The lexicon is read from the voice library and kept for `LEXICON_TTL_S` (changes made through
 this server take effect at once; another replica's, within that time).
@@ -26,7 +25,7 @@ LEXICON_TTL_S = 5.0
 
 class TextPreparer:
     def __init__(self, read_lexicon: Callable[[], list[Pronunciation]],
-                 voice_ids: Callable[[str], set[str]], *, normalize_workers: int = 1):
+                 voice_ids: Callable[[str], set[str]], *, normalize_workers: int):
         """`read_lexicon`: every entry (blocking: run in a thread); `voice_ids(voice)`: the ids
         a request's `voice` (an id, a display name, a built-in name) stands for (blocking);
         `normalize_workers`: processes running the normaliser's grammars at most."""
