@@ -24,7 +24,7 @@ def load_model(checkpoint, device: str = "cpu", dtype: str = "float32"):
 
     Loaded once per process and copied for each caller: its modules, weights and settings are
     the caller's to change; the text tokenizer, which nothing changes, is shared (loading it,
-    or copying it, parses its 18 MB of JSON again: about 2 CPU-seconds)."""
+    or copying it, parses its large JSON file again)."""
     from server.checkpoint import load_omnivoice
 
     key = (str(checkpoint), device, dtype)

@@ -1,7 +1,7 @@
 """Server processes for the tests without paying for their imports each time: a fork server.
 
 A `chorus serve` child spends most of its boot importing torch, transformers, OmniVoice and
-Litestar (about 5 of its 7 CPU-seconds). A helper (`python -m tests.support.forkserver NAME`)
+Litestar. A helper (`python -m tests.support.forkserver NAME`)
 imports those libraries once (never the project's own modules) and waits on an abstract unix
 socket; each server is then a fork of it that runs `python -m MODULE ARGS` from there: its own
 process (pid, signals, file-descriptor limit, environment, working folder, stdout and stderr),
