@@ -2,8 +2,9 @@
 # Create or update .venv in the project root (the package, editable, with its dev extras).
 # Re-installs only when pyproject.toml changed since the last successful install.
 # The install goes through uv (from PyPI, into the venv): it fetches and unpacks the ~6 GB of
-# wheels (torch and its CUDA libraries) in parallel, much faster than pip; where uv cannot be had, pip does the same install. Then what a server imports (torch,
-# transformers, OmniVoice, Litestar and Chorus itself) is byte-compiled, by importing it once:
+# wheels (torch and its CUDA libraries) in parallel, much faster than pip; where uv cannot be
+# had, pip does the same install. Then what a server imports (torch, transformers, OmniVoice,
+# Litestar and Chorus itself) is byte-compiled, by importing it once:
 # where PYTHONDONTWRITEBYTECODE is set, every process (each test server) would otherwise compile
 # those sources again on import. Compiling all ~20,000 files of the environment instead (uv's
 # --compile-bytecode) costs far more CPU, for modules nothing here imports.
