@@ -5,6 +5,9 @@
 # every pytest run (e.g. `--durations=20`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Bytecode is written below (each module compiled by the first process to import it), so the
+# setup scripts leave their own compiling imports to the runs (CHORUS_SETUP_WARM_IMPORTS=0).
+export CHORUS_SETUP_WARM_IMPORTS=0
 scripts/setup.sh
 # The linter first (pyproject.toml's [tool.ruff]): a finding fails the run before any test.
 .venv/bin/ruff check .
@@ -26,9 +29,8 @@ export CHORUS_E2E_REQUIRE_BROWSER=1 CHORUS_REQUIRE_POSTGRES=1 CHORUS_REQUIRE_CLI
 # One compute thread per process: the phases, workers and servers below already fill the cores,
 # and thread pools that spin while they wait would take CPU time from one another.
 export OMP_NUM_THREADS=1
-# Each module byte-compiled once, by the first process that imports it (scripts/setup.sh
-# compiles only what a server imports), where the environment would have every process
-# compile it again.
+# Each module byte-compiled once, by the first process that imports it, where the environment
+# would have every process compile it again.
 unset PYTHONDONTWRITEBYTECODE
 
 logs=$(mktemp -d)
@@ -72,7 +74,7 @@ pytest_in() {  # pytest_in NAME ARGS...: pytest of .venv with a temporary folder
 }
 
 kernel_tests() {  # Triton picks its interpreter when it is imported: a process of their own
-  TRITON_INTERPRET=1 pytest_in kernels tests/kernels "$@"
+  TRITON_INTERPRET=1 pytest_in kernels -n 2 tests/kernels "$@"
 }
 
 browser_tests() {  # e2e/ has no tests/conftest.py: its servers run the demo checkpoint
@@ -96,9 +98,9 @@ client_tests() {  # the client and its Pipecat and LiveKit plugins, against a `c
 side_lane() {
   local failed=0
   renice -n 10 -p "$BASHPID" > /dev/null
-  phase kernels kernel_tests "$@" || failed=1
-  phase clients client_tests "$@" || failed=1
   phase browser browser_tests "$@" || failed=1
+  phase clients client_tests "$@" || failed=1
+  phase kernels kernel_tests "$@" || failed=1
   return "$failed"
 }
 set -m  # the side lane in a process group of its own
