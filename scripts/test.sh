@@ -56,16 +56,16 @@ phase() {
 
 # One fork server for every phase (tests/support/forkserver.py): it imports torch and the
 # server's other libraries once, and the tests' `chorus serve` processes are forks of it. It
-# ends with this script (its stdin closes). It starts while the checkpoint is made.
+# ends with this script (its stdin closes).
 forkserver="chorus-forkserver-$$-$RANDOM"
 coproc FORKSERVER { exec .venv/bin/python -m tests.support.forkserver "$forkserver" 2> /dev/null; }
-
-# One tiny random checkpoint for every run below (they only read it).
-.venv/bin/python -m server make-checkpoint --size tiny --seed 0 --out "$logs/tiny" > /dev/null
-
 if read -r ready <&"${FORKSERVER[0]}" && [ "$ready" = ready ]; then
   export CHORUS_TEST_FORKSERVER_AT="$forkserver"
 fi
+
+# One tiny random checkpoint for every run below (they only read it), made by a fork of it too.
+.venv/bin/python -m tests.support.forkserver --run "$forkserver" server make-checkpoint --size tiny --seed 0 \
+  --out "$logs/tiny" > /dev/null
 
 pytest_in() {  # pytest_in NAME ARGS...: pytest of .venv with a temporary folder of its own
   local name=$1
@@ -87,20 +87,22 @@ client_tests() {  # the client and its Pipecat and LiveKit plugins, against a `c
     --basetemp="$logs/tmp-clients" --tiny-checkpoint="$logs/tiny" -n 2 tests/clients "$@"
 }
 
-# Beside the default set, in one lane, one after another: the Triton kernels on the CPU through
-# Triton's interpreter, the client tests and the browser tests (one process: Playwright's sync
-# API keeps an event loop running in it). Much of the default set waits on sockets and on audio
-# played in real time, so the two lanes share the CPU well; this lane runs at a lower priority
-# (nice 10): it takes the CPU the default set leaves, and the default set's bounds on latency
-# (an event loop that keeps answering, audio that keeps up with real time) are not measured on
-# a machine this lane holds. Every phase runs even when one before it failed; any failure fails
-# the script.
+# Beside the default set, in one lane: the browser tests (one process: Playwright's sync API
+# keeps an event loop running in it), then the client tests and the Triton kernels on the CPU
+# through Triton's interpreter side by side (the kernels on two workers: what runs last can
+# use both cores). Much of the default set waits on sockets and on audio played in real time,
+# so the two lanes share the CPU well; this lane runs at a lower priority (nice 10): it takes
+# the CPU the default set leaves, and the default set's bounds on latency (an event loop that
+# keeps answering, audio that keeps up with real time) are not measured on a machine this lane
+# holds. Every phase runs even when one before it failed; any failure fails the script.
 side_lane() {
-  local failed=0
+  local failed=0 clients
   renice -n 10 -p "$BASHPID" > /dev/null
   phase browser browser_tests "$@" || failed=1
-  phase clients client_tests "$@" || failed=1
+  phase clients client_tests "$@" &  # much of it waits (servers that restart): the kernels beside it
+  clients=$!
   phase kernels kernel_tests "$@" || failed=1
+  wait "$clients" || failed=1
   return "$failed"
 }
 set -m  # the side lane in a process group of its own
