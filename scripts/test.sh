@@ -54,6 +54,14 @@ phase() {
   return "$status"
 }
 
+# The client tests' environment (.venv-clients) is made while the fork server below starts:
+# each takes about one core. The client tests wait for it.
+set -m
+{ status=0; scripts/setup-clients.sh > "$logs/setup-clients.log" 2>&1 || status=$?
+  echo "$status" > "$logs/setup-clients.status"; } &
+lanes+=($!)
+set +m
+
 # One fork server for every phase (tests/support/forkserver.py): it imports torch and the
 # server's other libraries once, and the tests' `chorus serve` processes are forks of it. It
 # ends with this script (its stdin closes).
@@ -74,7 +82,7 @@ pytest_in() {  # pytest_in NAME ARGS...: pytest of .venv with a temporary folder
 }
 
 kernel_tests() {  # Triton picks its interpreter when it is imported: a process of their own
-  TRITON_INTERPRET=1 pytest_in kernels -n 2 tests/kernels "$@"
+  TRITON_INTERPRET=1 pytest_in kernels -n 2 --dist loadfile tests/kernels "$@"
 }
 
 browser_tests() {  # e2e/ has no tests/conftest.py: its servers run the demo checkpoint
@@ -82,7 +90,9 @@ browser_tests() {  # e2e/ has no tests/conftest.py: its servers run the demo che
 }
 
 client_tests() {  # the client and its Pipecat and LiveKit plugins, against a `chorus serve` of .venv
-  scripts/setup-clients.sh
+  while [ ! -f "$logs/setup-clients.status" ]; do sleep 1; done
+  cat "$logs/setup-clients.log"
+  [ "$(cat "$logs/setup-clients.status")" = 0 ] || return 1
   CHORUS_SERVER_PYTHON=.venv/bin/python .venv-clients/bin/python -m pytest -q -p no:cacheprovider \
     --basetemp="$logs/tmp-clients" --tiny-checkpoint="$logs/tiny" -n 2 tests/clients "$@"
 }
