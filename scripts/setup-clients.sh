@@ -18,9 +18,11 @@ if [ ! -f "$clients_stamp" ]; then
     .venv-clients/bin/python -m pip install -q "${clients_deps[@]}"
   fi
   # byte-compiled by importing it once: what the client tests import, not all of the environment
-  # (scripts/setup.sh says why)
-  PYTHONDONTWRITEBYTECODE= .venv-clients/bin/python -W ignore -c \
-    "import chorus_client, httpx, openai, pytest, xdist, pipecat.frames.frames, pipecat.services.tts_service, livekit.agents"
+  # (scripts/setup.sh says why, and what CHORUS_SETUP_WARM_IMPORTS=0 does)
+  if [ "${CHORUS_SETUP_WARM_IMPORTS:-1}" != 0 ]; then
+    PYTHONDONTWRITEBYTECODE= .venv-clients/bin/python -W ignore -c \
+      "import chorus_client, httpx, openai, pytest, xdist, pipecat.frames.frames, pipecat.services.tts_service, livekit.agents"
+  fi
   rm -f .venv-clients/.chorus-installed-*
   touch "$clients_stamp"
 fi

@@ -8,6 +8,8 @@
 # where PYTHONDONTWRITEBYTECODE is set, every process (each test server) would otherwise compile
 # those sources again on import. Compiling all ~20,000 files of the environment instead (uv's
 # --compile-bytecode) costs far more CPU, for modules nothing here imports.
+# CHORUS_SETUP_WARM_IMPORTS=0 leaves the compiling to the caller's first processes
+# (scripts/test.sh: they import all of it, with bytecode written).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python="${PYTHON:-python3}"
@@ -22,7 +24,9 @@ if [ ! -f "$stamp" ]; then
     .venv/bin/python -m pip install -q --upgrade pip
     .venv/bin/python -m pip install -q -e ".[dev]"
   fi
-  PYTHONDONTWRITEBYTECODE= .venv/bin/python -W ignore -c "import omnivoice.models.omnivoice, server.app, server.cli, server.run"
+  if [ "${CHORUS_SETUP_WARM_IMPORTS:-1}" != 0 ]; then  # 0: the caller's own processes import it next
+    PYTHONDONTWRITEBYTECODE= .venv/bin/python -W ignore -c "import omnivoice.models.omnivoice, server.app, server.cli, server.run"
+  fi
   rm -f .venv/.chorus-installed-*
   touch "$stamp"
 fi

@@ -1,11 +1,10 @@
-"""`python -m bench.agents` runs end to end on a CPU: two agents for a few seconds against a
-tiny `chorus serve` it starts, and writes a report of the documented shape with audio in it."""
+"""`python -m bench.agents` (its `main`, in this process) runs end to end on a CPU: two agents
+for a few seconds against a tiny `chorus serve` it starts, and writes a report of the
+documented shape with audio in it."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -14,19 +13,24 @@ SUMMARY_KEYS = ["agents_sustained", "agents_sustained_fifo", "p95_first_audio_ms
                 "throughput_ratio_deadline_vs_fifo", "minutes", "gpu", "commit"]
 
 
-def test_agents_bench_reports_its_shape_with_audio(tiny_checkpoint, tmp_path):
+def test_agents_bench_reports_its_shape_with_audio(tiny_checkpoint, tmp_path, monkeypatch):
     """One level of two agents, one-sentence answers (each turn's audio is played back in real
-    time), a first-audio bound a slow CPU meets (so no second, bisecting level runs)."""
+    time), a first-audio bound a slow CPU meets (so no second, bisecting level runs). The bench
+    runs in this process; the server it starts is its own process, forked by the tests' fork
+    server (`tests.support.serverproc.LaunchedServer`)."""
+    from bench import agents
+    from tests.support.serverproc import LaunchedServer
+
+    monkeypatch.setattr(agents, "ServerProcess", LaunchedServer)
     out = tmp_path / "agents.json"
     # The loaded run's Poisson arrivals come at a rate set by the measured throughput: with seed
     # 139 the first one falls within its 2 s at any throughput above 0.02 audio-s/s, however
     # busy the machine (with seed 0 it needed 13 audio-s/s, and a busy CPU sent no request).
-    cmd = [sys.executable, "-m", "bench.agents", "--scheduling", "default", "--start", "2", "--max-agents", "2",
-           "--level-seconds", "3", "--ramp-seconds", "0", "--sentences", "1-1", "--num-step", "2",
-           "--p95-ms", "60000", "--throughput-requests", "4", "--seed", "139",
-           "--loaded-seconds", "2", "--out", str(out), "--", "--model", str(tiny_checkpoint)]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=400)
-    assert result.returncode == 0, result.stderr[-3000:]
+    argv = ["--scheduling", "default", "--start", "2", "--max-agents", "2", "--level-seconds", "3",
+            "--ramp-seconds", "0", "--sentences", "1-1", "--num-step", "2", "--p95-ms", "60000",
+            "--throughput-requests", "4", "--seed", "139", "--loaded-seconds", "2", "--out", str(out),
+            "--", "--model", str(tiny_checkpoint)]
+    assert agents.main(argv) == 0
     report = json.loads(out.read_text())
     summary = report["summary"]
     assert list(summary) == SUMMARY_KEYS

@@ -141,6 +141,15 @@ def test_an_engine_run_with_fast_start_builds_later_chunks_on_chunk_0(engine, mo
         assert EN.startswith(ref.text) and len(ref.text) < len(EN) / 3  # the short first chunk's transcript
 
 
+def _full_hold_budget(engine, monkeypatch, cap_s: float) -> None:
+    """The decode-hold budget as a lone request finds it: full. The module's engine served the
+    tests before this one, and their holds spent it (the longer their decodes, the slower the
+    machine, the longer it takes to come back: a hold refused for want of credit)."""
+    from server.engine.scheduling.hold_budget import HoldBudget
+
+    monkeypatch.setattr(engine.scheduler, "hold_budget", HoldBudget(cap_s, engine.scheduler.hold_budget.share))
+
+
 @pytest.mark.parametrize("hold", [True, False])
 def test_chunk_0_goes_to_its_decoder_before_the_later_chunks_are_built(engine, monkeypatch, hold):
     """Building the later chunks' canvases must not delay chunk 0's decode (its sound is due);
@@ -148,6 +157,7 @@ def test_chunk_0_goes_to_its_decoder_before_the_later_chunks_are_built(engine, m
     and `AUDIO_OUT_S` later (the time its send gets the interpreter to itself)."""
     from server.engine.scheduling import scheduler as scheduler_module
     monkeypatch.setattr(scheduler_module, "DECODE_HOLD_SLACK_S", 0.0)  # a slow machine: chunk 0 is still due
+    _full_hold_budget(engine, monkeypatch, scheduler_module.DECODE_HOLD_MAX_S)
     if not hold:  # the scheduler holds nothing for chunk 0's decode
         monkeypatch.setattr(engine.scheduler, "await_decode", lambda utt, now: False)
     order: list[tuple[str, int]] = []
@@ -222,6 +232,7 @@ def test_later_chunks_wait_out_chunk_0s_decode(engine, monkeypatch):
     from server.engine.scheduling import scheduler as scheduler_module
     monkeypatch.setattr(scheduler_module, "DECODE_HOLD_MAX_S", 60.0)  # no time-out: the order is exact
     monkeypatch.setattr(scheduler_module, "DECODE_HOLD_SLACK_S", 0.0)  # a slow machine: still only overdue work
+    _full_hold_budget(engine, monkeypatch, 60.0)  # nor a budget that runs out while chunk 0 decodes
     order: list[tuple[str, object]] = []  # steps and audio, both as the engine thread sees them
     real = engine.backbone
 

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -17,16 +15,20 @@ from server.loadtest.clients import run_load
 from server.loadtest.report import passed, rss_summary
 
 
-def test_short_soak_with_50_clients_loses_nothing(tiny_checkpoint, tmp_path):
+def test_short_soak_with_50_clients_loses_nothing(tiny_checkpoint, tmp_path, monkeypatch):
+    """`chorus loadtest` runs in this process; the server it starts is its own process, forked
+    by the tests' fork server (`tests.support.serverproc.LaunchedServer`)."""
+    from server.loadtest import cli as loadtest_cli
+    from tests.support.serverproc import LaunchedServer
+
+    monkeypatch.setattr(loadtest_cli, "ServerProcess", LaunchedServer)
     out = tmp_path / "report.json"
-    cmd = [sys.executable, "-m", "server", "loadtest", "--clients", "50", "--seconds", "10", "--num-steps", "2,4",
-           "--rss-every", "0.5", "--out", str(out), "--server-log", str(tmp_path / "server.log"),
-           "--", "--model", str(tiny_checkpoint)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert out.exists(), done.stderr[-3000:]
+    status = cli_main(["loadtest", "--clients", "50", "--seconds", "10", "--num-steps", "2,4", "--rss-every", "0.5",
+                       "--out", str(out), "--server-log", str(tmp_path / "server.log"),
+                       "--", "--model", str(tiny_checkpoint)])
     report = json.loads(out.read_text())
-    assert done.returncode == 0 and report["passed"], json.dumps({k: v for k, v in report.items()
-                                                                 if k != "server_rss_mb"}, indent=1)
+    assert status == 0 and report["passed"], json.dumps({k: v for k, v in report.items()
+                                                         if k != "server_rss_mb"}, indent=1)
     assert report["accepted_but_unfinished"] == 0 and report["server_inflight_after"] == 0
     assert report["protocol_violations"] == 0 and report["connection_errors"] == 0
     assert report["outcomes"]["error"] == 0 and report["refused"] == {}

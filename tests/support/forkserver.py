@@ -8,7 +8,9 @@ process (pid, signals, file-descriptor limit, environment, working folder, stdou
 which imports `server` and parses its command line as a new one does, and exits as one does.
 
 `scripts/test.sh` starts one helper for all its phases and names it in
-`CHORUS_TEST_FORKSERVER_AT`; elsewhere a test process starts its own at its first server.
+`CHORUS_TEST_FORKSERVER_AT` (and makes its checkpoint with `python -m tests.support.forkserver
+--run NAME server make-checkpoint ...`); elsewhere a test process starts its own at its first
+server.
 
 `popen` returns a handle with `subprocess.Popen`'s methods the launchers use (`pid`, `stdout`,
 `poll`, `wait`, `send_signal`, `terminate`, `kill`, `returncode`). It is a plain
@@ -179,9 +181,11 @@ def popen(cmd: list[str], module: str, args: list[str], *, env: dict[str, str], 
     return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=stderr)
 
 
-def _fork(name: str, cmd, module, args, env, stderr, cwd, fd_limit) -> ForkedProcess | None:
+def _fork(name: str, cmd, module, args, env, stderr, cwd, fd_limit, stdout: int | None = None) -> ForkedProcess | None:
+    """The fork, or None where the helper refused it or was not there. Its stdout is a pipe to
+    this process (`ForkedProcess.stdout`), or the descriptor `stdout`."""
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    read_end, write_end = os.pipe()
+    read_end, write_end = os.pipe() if stdout is None else (None, stdout)
     request = {"python": os.path.abspath(cmd[0]), "module": module, "args": list(args), "env": env,
                "cwd": os.fspath(cwd or os.getcwd()), "fd_limit": fd_limit}
     try:
@@ -191,14 +195,28 @@ def _fork(name: str, cmd, module, args, env, stderr, cwd, fd_limit) -> ForkedPro
         reply = json.loads(conn.recv(4096) or b"{}")
     except (OSError, ValueError):
         reply = {}
-    os.close(write_end)  # the child has its own copy (through the socket), or there is no child
+    if read_end is not None:
+        os.close(write_end)  # the child has its own copy (through the socket), or there is no child
     if "pid" not in reply:  # refused (another interpreter or environment), or no helper there
         global last_refusal
         last_refusal = reply.get("refused", "no helper answered")
         conn.close()
-        os.close(read_end)
+        if read_end is not None:
+            os.close(read_end)
         return None
-    return ForkedProcess(cmd, conn, reply["pid"], os.fdopen(read_end, "rb"))
+    return ForkedProcess(cmd, conn, reply["pid"], None if read_end is None else os.fdopen(read_end, "rb"))
+
+
+def run(name: str, module: str, args: list[str]) -> int:
+    """`python -m MODULE ARGS` forked by the helper `name`, with this process's stdout, stderr,
+    environment and working folder; its exit status as a shell gives it. Without the helper
+    (or refused by it), this process becomes that command."""
+    cmd = [sys.executable, "-m", module, *args]
+    forked = _fork(name, cmd, module, args, dict(os.environ), 2, None, None, stdout=1)
+    if forked is None:
+        os.execv(sys.executable, cmd)
+    code = forked.wait()
+    return 128 - code if code < 0 else code
 
 
 class ForkedLaunch:
@@ -373,4 +391,6 @@ def _serve(name: str) -> None:
 
 
 if __name__ == "__main__":
+    if sys.argv[1] == "--run":  # --run NAME MODULE ARGS...: `python -m MODULE ARGS` through helper NAME
+        sys.exit(run(sys.argv[2], sys.argv[3], sys.argv[4:]))
     _serve(sys.argv[1])
