@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from playwright.sync_api import Locator, Page, expect
 
-from server.launcher import ServerProcess, ServerStartError
-from tests.support.forkserver import ForkedLaunch
+from server.launcher import ServerStartError
+from tests.support.serverproc import LaunchedServer
 
 REPO = Path(__file__).resolve().parent.parent
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
@@ -34,7 +34,7 @@ CHROMIUM_ARGS = [
 ]
 
 
-class ChorusServer(ForkedLaunch, ServerProcess):
+class ChorusServer(LaunchedServer):
     """A demo-checkpoint `chorus serve` (the shared launcher, its child forked by
     `tests.support.forkserver`) with its cache folder."""
 

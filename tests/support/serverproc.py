@@ -16,11 +16,12 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 class LaunchedServer(ForkedLaunch, ServerProcess):
-    """`server.launcher.ServerProcess` with its child forked by `tests.support.forkserver`: what
-    a test puts in place of the launcher a tool uses (`chorus loadtest`)."""
+    """`server.launcher.ServerProcess` with its child forked by `tests.support.forkserver`: the
+    base of the tests' server launchers, and what a test puts in place of the launcher a tool
+    uses (`chorus loadtest`)."""
 
 
-class ChorusServer(ForkedLaunch, ServerProcess):
+class ChorusServer(LaunchedServer):
     def __init__(self, model: Path, workdir: Path, *args: str, env: dict[str, str] | None = None,
                  fd_limit: int | None = None, module: str = "server"):
         self.model = Path(model)
