@@ -50,12 +50,18 @@ LONGEST_FIRST = (
 )
 
 
-def _folder(item) -> str | None:
-    """The folder under tests/ an item lives in (None outside tests/)."""
+def _under_tests(item) -> Path | None:
+    """An item's file relative to tests/ (None outside tests/)."""
     try:
-        return Path(item.path).resolve().relative_to(TESTS).parts[0]
+        return Path(item.path).resolve().relative_to(TESTS)
     except ValueError:
         return None
+
+
+def _folder(item) -> str | None:
+    """The folder under tests/ an item lives in (None outside tests/)."""
+    path = _under_tests(item)
+    return None if path is None else path.parts[0]
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -73,14 +79,12 @@ def pytest_collection_modifyitems(config, items):
                 raise pytest.UsageError(f"{item.nodeid} is marked {wrong[0]}: move it to tests/{wrong[0]}/")
     _split_by_interpreter(items)
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(_relative(item), len(rank)))  # stable: the rest keep their order
 
+    def file_rank(item) -> int:
+        path = _under_tests(item)
+        return rank.get(path.as_posix() if path is not None else "", len(rank))
 
-def _relative(item) -> str:
-    try:
-        return Path(item.path).resolve().relative_to(TESTS).as_posix()
-    except ValueError:
-        return ""
+    items.sort(key=file_rank)  # stable: the rest keep their order
 
 
 def _split_by_interpreter(items) -> None:
