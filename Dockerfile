@@ -16,7 +16,6 @@ COPY bench /app/bench
 
 # ---- GPU: install from the pins, then build FlashInfer's kernels into the image -----------
 FROM nvidia/cuda:${CUDA_VERSION}-devel-${UBUNTU} AS build-cuda
-ARG CUDA_ARCHS="9.0a"
 ENV DEBIAN_FRONTEND=noninteractive PIP_NO_CACHE_DIR=1
 RUN apt-get update && apt-get install -y --no-install-recommends python3 python3-venv python3-dev \
         libsndfile1 ninja-build git && rm -rf /var/lib/apt/lists/*
@@ -25,7 +24,9 @@ ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /app
 COPY --from=sources /app /app
 RUN pip install -c requirements.lock ".[gpu,postgres,tn]"
-# nvcc compiles Chorus's kernels now, so the first request never waits on it
+# nvcc compiles Chorus's kernels now, so the first request never waits on it. A layer of its own,
+# with CUDA_ARCHS declared only here, so a build for other GPUs reuses the installed packages.
+ARG CUDA_ARCHS="9.0a"
 RUN FLASHINFER_CUDA_ARCH_LIST="${CUDA_ARCHS}" python -m server.engine.kernels.flashinfer_aot
 
 FROM nvidia/cuda:${CUDA_VERSION}-runtime-${UBUNTU} AS runtime-cuda
@@ -51,16 +52,19 @@ RUN grep -v '^nvidia-\|^triton=\|^cuda-' requirements.lock > /tmp/cpu.lock \
 ENV CHORUS_DEVICE=cpu
 
 # ---- the image -------------------------------------------------------------------------------
+# A stage above, picked by VARIANT: no registry image, so no tag to pin.
+# hadolint ignore=DL3006
 FROM runtime-${VARIANT}
 ENV PATH=/opt/venv/bin:$PATH PYTHONUNBUFFERED=1 CHORUS_CACHE_DIR=/var/cache/chorus \
     CHORUS_HOST=0.0.0.0 CHORUS_PORT=8000 CHORUS_VOICES_DIR=/voices HF_HOME=/models/.hf
 WORKDIR /app
-RUN useradd --create-home --uid 10001 chorus \
-    && mkdir -p /models /voices /var/cache/chorus && chown chorus /voices /var/cache/chorus /models
-USER chorus
+RUN groupadd --gid 10001 chorus && useradd --create-home --uid 10001 --gid 10001 chorus \
+    && mkdir -p /models /voices /var/cache/chorus && chown chorus:chorus /voices /var/cache/chorus /models
+# By number: Kubernetes can verify runAsNonRoot only for a numeric user.
+USER 10001:10001
 VOLUME ["/models", "/voices"]
 EXPOSE 8000
 HEALTHCHECK --interval=15s --timeout=3s --start-period=300s --retries=3 \
-  CMD python -c "import urllib.request,sys; sys.exit(urllib.request.urlopen('http://127.0.0.1:8000/readyz', timeout=2).status != 200)"
+  CMD ["python", "-c", "import urllib.request,sys; sys.exit(urllib.request.urlopen('http://127.0.0.1:8000/readyz', timeout=2).status != 200)"]
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["chorus", "serve"]
