@@ -5,13 +5,18 @@ and the voice library), typed events and errors. Framework plugins live in
 from .client import ChorusClient, split_url
 from .errors import (
     BadMessageError,
+    BadResponseError,
+    BufferFullError,
     BusyError,
     ChorusError,
     ConflictError,
     ConnectionLostError,
     DuplicateIdError,
+    HandshakeError,
     InternalError,
     InvalidRequestError,
+    ProtocolError,
+    RequestTimeoutError,
     StreamIdleError,
     StreamTooLongError,
     TextTooLongError,
@@ -27,10 +32,10 @@ from .wire import Reference, SynthesisOptions
 __version__ = "0.1.0"
 
 __all__ = [
-    "Accepted", "AudioChunk", "BadMessageError", "BusyError", "Cancelled", "ChorusClient", "ChorusError",
-    "ConflictError", "ConnectionLostError", "Done", "DuplicateIdError", "Event", "InternalError",
-    "InvalidRequestError", "Progress", "Ready", "Reference", "Result", "Segment", "StreamIdleError",
-    "StreamTooLongError", "Synthesis", "SynthesisOptions", "TextStream", "TextTooLongError",
-    "TooManyRequestsError", "UnauthorizedError", "Voice", "VoiceNotFoundError", "WordTiming", "Words",
-    "split_url",
+    "Accepted", "AudioChunk", "BadMessageError", "BadResponseError", "BufferFullError", "BusyError", "Cancelled",
+    "ChorusClient", "ChorusError", "ConflictError", "ConnectionLostError", "Done", "DuplicateIdError", "Event",
+    "HandshakeError", "InternalError", "InvalidRequestError", "Progress", "ProtocolError", "Ready", "Reference",
+    "RequestTimeoutError", "Result", "Segment", "StreamIdleError", "StreamTooLongError", "Synthesis",
+    "SynthesisOptions", "TextStream", "TextTooLongError", "TooManyRequestsError", "UnauthorizedError", "Voice",
+    "VoiceNotFoundError", "WordTiming", "Words", "split_url",
 ]

@@ -5,6 +5,11 @@ The WebSocket opens on first use and is shared by every request and stream (the 
 is made on the first voice-library call); if it closes, the requests in flight fail with
 `ConnectionLostError` and the next call opens a new one (`reconnect_attempts` tries,
 `reconnect_backoff_s` doubling between them).
+
+What a server can make the client hold or wait for is bounded (`max_frame_bytes`,
+`max_buffered_bytes`, `open_timeout`, `request_idle_timeout`: docs/clients.md, "Limits and
+timeouts"), so a faulty or hostile server fails requests with typed errors instead of
+hanging them or filling memory.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -19,8 +25,8 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 from websockets.exceptions import InvalidHandshake, InvalidStatus
 
-from .connection import Connection
-from .errors import ChorusError, ConnectionLostError, UnauthorizedError
+from .connection import Bounds, Connection
+from .errors import ChorusError, ConnectionLostError, ProtocolError, UnauthorizedError
 from .events import Ready
 from .requests import Synthesis, TextStream
 from .voices import Voice, VoicesAPI
@@ -43,11 +49,18 @@ def split_url(url: str) -> tuple[str, str]:
 
 class ChorusClient:
     def __init__(self, url: str = "http://127.0.0.1:8000", *, api_key: str | None = None,
-                 open_timeout: float = 10.0, http_timeout: float = 120.0, reconnect_attempts: int = 3,
-                 reconnect_backoff_s: float = 0.2):
+                 open_timeout: float = Bounds.open_timeout, http_timeout: float = 120.0, reconnect_attempts: int = 3,
+                 reconnect_backoff_s: float = 0.2, request_idle_timeout: float | None = Bounds.request_idle_timeout,
+                 max_frame_bytes: int = Bounds.max_frame_bytes, max_buffered_bytes: int = Bounds.max_buffered_bytes):
+        """`url`: the server's base URL or its WebSocket URL. `open_timeout`: seconds to connect
+        and get `ready`; `request_idle_timeout`: seconds a request may go without a frame of
+        its own while its caller waits (None: no limit); `max_frame_bytes`: the largest frame
+        taken from the server; `max_buffered_bytes`: a request's unread events held at most;
+        `http_timeout`: each voice-library call."""
         self.http_url, self.ws_url = split_url(url)
         self.api_key = api_key if api_key is not None else os.environ.get("CHORUS_API_KEY")
-        self.open_timeout = open_timeout
+        self.bounds = Bounds(max_frame_bytes=max_frame_bytes, max_buffered_bytes=max_buffered_bytes,
+                             request_idle_timeout=request_idle_timeout, open_timeout=open_timeout)
         self.reconnect_attempts = reconnect_attempts
         self.reconnect_backoff_s = reconnect_backoff_s
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
@@ -67,6 +80,15 @@ class ChorusClient:
         await self.close()
 
     @property
+    def open_timeout(self) -> float:
+        """Seconds to connect and get the server's `ready` (each attempt)."""
+        return self.bounds.open_timeout
+
+    @open_timeout.setter
+    def open_timeout(self, seconds: float) -> None:
+        self.bounds = replace(self.bounds, open_timeout=seconds)
+
+    @property
     def ready(self) -> Ready | None:
         """The server's `ready` greeting of the current connection (None before connecting)."""
         return self._conn.ready if self._conn else None
@@ -84,6 +106,8 @@ class ChorusClient:
             self._http = None
 
     async def ping(self) -> None:
+        """Send a `ping` and wait for its `pong` (`RequestTimeoutError` after
+        `request_idle_timeout`). Cancelling it is safe: its late pong is dropped."""
         await (await self._connection()).ping()
 
     def synthesize(self, text: str, *, voice: str | None = None, reference: Reference | dict | None = None,
@@ -144,13 +168,13 @@ class ChorusClient:
         delay = self.reconnect_backoff_s
         for attempt in range(self.reconnect_attempts + 1):
             try:
-                return await Connection.open(self.ws_url, self._headers, self.open_timeout)
+                return await Connection.open(self.ws_url, self._headers, self.bounds)
             except InvalidStatus as exc:
                 if exc.response.status_code in (401, 403):
                     raise UnauthorizedError(f"the server refused the connection ({exc.response.status_code})",
                                             status=exc.response.status_code) from exc
                 failure: Exception = exc
-            except UnauthorizedError:
+            except (UnauthorizedError, ProtocolError):  # the same answer again: no retry
                 raise
             except (OSError, TimeoutError, InvalidHandshake, ChorusError) as exc:
                 failure = exc

@@ -23,13 +23,14 @@ from livekit.agents import (
     APIConnectOptions,
     APIError,
     APIStatusError,
+    APITimeoutError,
     tts,
     utils,
 )
 from livekit.agents.types import TimedString
 
 from .client import ChorusClient
-from .errors import ChorusError, ConnectionLostError
+from .errors import ChorusError, ConnectionLostError, RequestTimeoutError
 from .events import AudioChunk, Done, Words
 from .requests import _Request
 from .wire import Options, Reference
@@ -37,12 +38,16 @@ from .wire import Options, Reference
 # the HTTP status Chorus's HTTP API gives each code (the WebSocket has no status of its own)
 STATUS = {"bad_message": 400, "invalid_request": 422, "duplicate_id": 409, "voice_not_found": 404,
           "text_too_long": 413, "too_many_requests": 429, "busy": 503, "unauthorized": 401, "internal": 500,
-          "stream_idle": 408, "stream_too_long": 413, "conflict": 409}
+          "stream_idle": 408, "stream_too_long": 413, "conflict": 409,
+          # the client's own: a frame or body the server should not have sent
+          "protocol_error": 502, "bad_handshake": 502, "bad_response": 502}
 RETRYABLE = {"busy", "too_many_requests", "internal"}
 
 
 def api_error(err: ChorusError) -> APIError:
     """A Chorus error as LiveKit's own error type (its `body` keeps the protocol's frame)."""
+    if isinstance(err, RequestTimeoutError):
+        return APITimeoutError(str(err))
     if isinstance(err, ConnectionLostError):
         return APIConnectionError(str(err))
     return APIStatusError(str(err), status_code=err.status or STATUS.get(err.code, 500), request_id=err.request_id,

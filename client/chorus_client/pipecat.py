@@ -28,10 +28,13 @@ from pipecat.utils.errors import ErrorCategory
 
 from .client import ChorusClient
 from .errors import (
+    BufferFullError,
     BusyError,
     ChorusError,
     ConnectionLostError,
     InternalError,
+    ProtocolError,
+    RequestTimeoutError,
     TooManyRequestsError,
     UnauthorizedError,
 )
@@ -44,12 +47,20 @@ CATEGORIES: dict[type[ChorusError], ErrorCategory] = {
     BusyError: ErrorCategory.RATE_LIMIT,
     TooManyRequestsError: ErrorCategory.RATE_LIMIT,
     ConnectionLostError: ErrorCategory.CONNECTIVITY,
+    RequestTimeoutError: ErrorCategory.CONNECTIVITY,
     InternalError: ErrorCategory.SERVER,
+    ProtocolError: ErrorCategory.SERVER,  # the server sent what the protocol does not allow
+    BufferFullError: ErrorCategory.APPLICATION,  # the audio was not read as it came
 }
 
 
 def error_category(err: ChorusError) -> ErrorCategory:
-    return CATEGORIES.get(type(err), ErrorCategory.INVALID_REQUEST)
+    """The category of the error's class or of its nearest base that has one (a
+    `HandshakeError` is a `ProtocolError`); the rest are the request's own fault."""
+    for cls in type(err).__mro__:
+        if cls in CATEGORIES:
+            return CATEGORIES[cls]
+    return ErrorCategory.INVALID_REQUEST
 
 
 @dataclass

@@ -2,17 +2,20 @@
 
 Both are async iterators of events that end at `Done` or `Cancelled` (an error raises its
 `ChorusError`). After `cancel()` no more audio of the request is yielded, even what was
-already on the wire: a barge-in is silent at once, not a step later.
+already on the wire: a barge-in is silent at once, not a step later. A caller waiting on a
+request that hears nothing of it, either way, for the connection's `request_idle_timeout`
+gets `RequestTimeoutError`, and the request is cancelled on the server.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .errors import ChorusError
+from .errors import ChorusError, RequestTimeoutError
 from .events import AudioChunk, Cancelled, Done, Event, Segment, Words
 
 if TYPE_CHECKING:
@@ -74,10 +77,14 @@ class _Request:
             return
         self.cancel_requested = True
         async with self._start_lock:  # a start in progress sends first, then this cancel
-            conn = self._conn
-            if conn is None:  # never sent: nothing to stop
+            conn, route = self._conn, self._route
+            if conn is None or route is None:  # never sent: nothing to stop
                 self.ended = True
                 return
+        if route.ended:  # its end is already here: nothing left to stop
+            return
+        route.cancelled = True
+        route.touch()
         try:
             await conn.send({"type": "cancel", "id": self.id})
         except ChorusError:
@@ -88,8 +95,11 @@ class _Request:
 
     async def __anext__(self) -> Event:
         await self.start()
-        while not self.ended and self._route is not None:
-            item = await self._route.queue.get()
+        route = self._route
+        while not self.ended and route is not None:
+            if not route.has_events():
+                await self._wait_for(route)
+            item = route.take()
             if isinstance(item, ChorusError):
                 self._finish()
                 raise item
@@ -100,6 +110,20 @@ class _Request:
                 continue
             return item
         raise StopAsyncIteration
+
+    async def _wait_for(self, route: Route) -> None:
+        """Wait for the request's next event; when no frame of it went either way for the
+        idle timeout, cancel it on the server and raise `RequestTimeoutError`."""
+        assert self._conn is not None
+        timeout = self._conn.bounds.request_idle_timeout
+        while not await route.wait(None if timeout is None else route.last_frame_at + timeout):
+            assert timeout is not None
+            if time.monotonic() < route.last_frame_at + timeout:
+                continue  # a frame of it was sent meanwhile: its timeout started again
+            self._finish()
+            self._conn.cancel_soon(route)
+            raise RequestTimeoutError(f"no frame of request {self.id} for {timeout:g} s (request_idle_timeout); "
+                                      "cancelled", request_id=self.id)
 
     async def drain(self) -> None:
         """Read and drop what is left until the request ends (its error too)."""
@@ -129,7 +153,7 @@ class _Request:
     def _finish(self) -> None:
         self.ended = True
         if self._conn is not None:
-            self._conn.unregister(self.id)
+            self._conn.unregister(self.id, self._route)
 
     async def _end_on_exit(self, failed: bool) -> None:
         if self._conn is None or self.ended:
@@ -186,7 +210,8 @@ class TextStream(_Request):
 
     async def _send(self, frame: dict[str, Any]) -> None:
         await self.start()
-        if self.ended or self.cancel_requested:
-            return
+        if self.ended or self.cancel_requested or self._route is None or self._route.ended:
+            return  # ended (its end may be unread yet): the server has nothing to take it
         assert self._conn is not None
+        self._route.touch()
         await self._conn.send(frame)

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ChorusError, error_from
+from .errors import ChorusError, HandshakeError, ProtocolError, error_from
 from .events import (
     Accepted,
     AudioChunk,
@@ -104,47 +106,172 @@ def dumps(frame: dict[str, Any]) -> str:
     return json.dumps(frame, separators=(",", ":"), ensure_ascii=False)
 
 
+class Malformed(ValueError):
+    """A field of a server frame or body that is missing or of the wrong type (the caller
+    turns it into the `ProtocolError` of the request it concerns)."""
+
+
+_REQUIRED: Any = object()
+INT: tuple[type, ...] = (int,)
+NUMBER: tuple[type, ...] = (int, float)
+TEXT: tuple[type, ...] = (str,)
+
+
+def typed(obj: dict[str, Any], key: str, kinds: tuple[type, ...], default: Any = _REQUIRED) -> Any:
+    """`obj[key]` if it is one of `kinds` (JSON's types: a bool is no int, NaN no number);
+    `default` when it is missing or null, or `Malformed` when no default is given."""
+    value = obj.get(key)
+    if value is None:
+        if default is _REQUIRED:
+            raise Malformed(f"{key!r} is missing")
+        return default
+    if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds) \
+            or (isinstance(value, float) and not math.isfinite(value)):
+        names = " or ".join(k.__name__ for k in kinds)
+        raise Malformed(f"{key!r} is {type(value).__name__} {_excerpt(value)}, not {names}")
+    return value
+
+
+def typed_list(obj: dict[str, Any], key: str, kinds: tuple[type, ...]) -> list[Any]:
+    """`obj[key]` as a list whose every item is one of `kinds` (empty when missing)."""
+    items = typed(obj, key, (list,), [])
+    for i, item in enumerate(items):
+        typed({f"{key}[{i}]": item}, f"{key}[{i}]", kinds)
+    return list(items)
+
+
+def _at_least(value: int, key: str, minimum: int) -> int:
+    if value < minimum:
+        raise Malformed(f"{key!r} is {value}, below {minimum}")
+    return value
+
+
+def _excerpt(value: Any, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def decode_frame(frame: str | bytes) -> dict[str, Any]:
+    """A JSON text frame as an object; `ProtocolError` (with no request: nothing in it can be
+    trusted to name one) when it is not JSON or not an object."""
+    try:
+        msg = json.loads(frame)
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise ProtocolError(f"a frame that is not JSON ({exc}): {_excerpt(frame)}") from None
+    if not isinstance(msg, dict):
+        raise ProtocolError(f"a frame that is JSON but not an object: {_excerpt(msg)}")
+    return msg
+
+
+def request_id_of(msg: dict[str, Any]) -> str | None:
+    """The request a frame names, when it names one as the protocol spells ids."""
+    rid = msg.get("id")
+    return rid if isinstance(rid, str) and rid else None
+
+
 def parse_audio(frame: bytes, received_at: float | None = None) -> AudioChunk:
     """A binary audio frame: 4-byte big-endian header length, JSON header, samples.
-    `received_at` (`time.perf_counter()`, now when not given) is when it came off the socket."""
+    `received_at` (`time.perf_counter()`, now when not given) is when it came off the socket.
+    A frame whose header names no request raises an unattributed `ProtocolError`; one whose
+    other fields are wrong raises it for the request it names."""
+    if len(frame) < 4:
+        raise ProtocolError(f"an audio frame of {len(frame)} bytes, shorter than its length prefix")
     (n,) = struct.unpack(">I", frame[:4])
-    header = json.loads(frame[4:4 + n])
-    return AudioChunk(request_id=header["id"], data=frame[4 + n:], sample_rate=header["sample_rate"],
-                      encoding=header["encoding"], samples=header["samples"], chunk=header.get("chunk", 0),
-                      final=bool(header.get("final")), segment=header.get("segment"),
-                      offset_samples=header.get("offset_samples"),
-                      received_at=time.perf_counter() if received_at is None else received_at, header=header)
+    if n > len(frame) - 4:
+        raise ProtocolError(f"an audio frame whose header length {n} passes its {len(frame)} bytes")
+    header = decode_frame(frame[4:4 + n])
+    rid = request_id_of(header)
+    if rid is None:
+        raise ProtocolError(f"an audio frame whose header names no request: {_excerpt(header)}")
+    try:
+        return AudioChunk(request_id=rid, data=frame[4 + n:],
+                          sample_rate=_at_least(typed(header, "sample_rate", INT), "sample_rate", 1),
+                          encoding=typed(header, "encoding", TEXT),
+                          samples=_at_least(typed(header, "samples", INT), "samples", 0),
+                          chunk=typed(header, "chunk", INT, 0), final=typed(header, "final", (bool,), False),
+                          segment=typed(header, "segment", INT, None),
+                          offset_samples=typed(header, "offset_samples", INT, None),
+                          received_at=time.perf_counter() if received_at is None else received_at, header=header)
+    except Malformed as exc:
+        raise ProtocolError(f"audio frame of {rid}: {exc}", request_id=rid) from None
 
 
-def parse_ready(msg: dict[str, Any]) -> Ready:
-    return Ready(protocol=msg.get("protocol", 1), model=msg.get("model", ""), sample_rate=msg["sample_rate"],
-                 encodings=list(msg.get("encodings", [])), sample_rates=list(msg.get("sample_rates", [])),
-                 limits=dict(msg.get("limits", {})))
+def parse_ready(msg: Any) -> Ready:
+    """The server's greeting, every field checked: a greeting this client cannot read raises
+    `HandshakeError` (the connection is then unusable: its rates are unknown)."""
+    if not isinstance(msg, dict) or msg.get("type") != "ready":
+        raise HandshakeError(f"the server's first frame is not a ready frame: {_excerpt(msg, 120)}")
+    try:
+        return Ready(protocol=typed(msg, "protocol", INT, 1), model=typed(msg, "model", TEXT, ""),
+                     sample_rate=_at_least(typed(msg, "sample_rate", INT), "sample_rate", 1),
+                     encodings=typed_list(msg, "encodings", TEXT), sample_rates=typed_list(msg, "sample_rates", INT),
+                     limits=dict(typed(msg, "limits", (dict,), {})))
+    except Malformed as exc:
+        raise HandshakeError(f"the server's ready frame is malformed: {exc}") from None
 
 
-def _timings(items: list[dict[str, Any]] | None, sample_rate: int) -> list[WordTiming]:
-    return [WordTiming(w["text"], int(w["start_samples"]), int(w["end_samples"]), sample_rate)
-            for w in items or []]
+def _timings(msg: dict[str, Any], key: str, sample_rate: int) -> list[WordTiming]:
+    timings = []
+    for i, item in enumerate(typed_list(msg, key, (dict,))):
+        try:
+            timings.append(WordTiming(typed(item, "text", TEXT, ""), int(typed(item, "start_samples", NUMBER)),
+                                      int(typed(item, "end_samples", NUMBER)), sample_rate))
+        except Malformed as exc:
+            raise Malformed(f"{key}[{i}]: {exc}") from None
+    return timings
 
 
 def parse_event(msg: dict[str, Any], sample_rate: int) -> Event | ChorusError | None:
     """A JSON server frame with an id as an event (an error as a `ChorusError`); None for
-    frame types this client does not know (a newer server's additions are skipped)."""
-    kind, rid = msg.get("type"), msg.get("id")
-    if kind == "accepted":
-        return Accepted(rid, msg.get("chunks"), list(msg.get("target_seconds") or []))
-    if kind == "progress":
-        return Progress(rid, msg.get("chunk", 0), msg["step"], msg["num_steps"], msg["fraction"], msg.get("segment"))
-    if kind == "words":
-        chars = _timings(msg["chars"], sample_rate) if "chars" in msg else None
-        return Words(rid, _timings(msg.get("words"), sample_rate), chars, msg.get("segment"), msg.get("source"))
-    if kind == "segment":
-        return Segment(rid, msg["segment"], msg.get("text", ""), msg["offset_samples"], msg["samples"])
-    if kind == "done":
-        return Done(rid, msg.get("chunks", 0), msg.get("audio_seconds", 0.0), dict(msg.get("timings") or {}),
-                    msg.get("voice_id"))
-    if kind == "cancelled":
-        return Cancelled(rid)
+    frame types this client does not know (a newer server's additions are skipped). A frame
+    with a field missing or mistyped raises `ProtocolError` for the request it names, or
+    with no request when it names none (the caller then cannot tell whose it was)."""
+    kind, rid = msg.get("type"), request_id_of(msg)
+    if not isinstance(kind, str):
+        raise ProtocolError(f"a frame with no type: {_excerpt(msg)}", request_id=rid)
     if kind == "error":
         return error_from(msg)
-    return None
+    if kind not in _EVENT_KINDS:
+        return None
+    if rid is None:
+        raise ProtocolError(f"a {kind} frame that names no request: {_excerpt(msg)}")
+    try:
+        return _EVENT_KINDS[kind](msg, rid, sample_rate)
+    except Malformed as exc:
+        raise ProtocolError(f"{kind} frame of {rid}: {exc}", request_id=rid) from None
+
+
+def _accepted(msg: dict[str, Any], rid: str, sample_rate: int) -> Accepted:
+    return Accepted(rid, typed(msg, "chunks", INT, None), typed_list(msg, "target_seconds", NUMBER))
+
+
+def _progress(msg: dict[str, Any], rid: str, sample_rate: int) -> Progress:
+    return Progress(rid, typed(msg, "chunk", INT, 0), typed(msg, "step", INT), typed(msg, "num_steps", INT),
+                    typed(msg, "fraction", NUMBER), typed(msg, "segment", INT, None))
+
+
+def _words(msg: dict[str, Any], rid: str, sample_rate: int) -> Words:
+    chars = _timings(msg, "chars", sample_rate) if msg.get("chars") is not None else None
+    return Words(rid, _timings(msg, "words", sample_rate), chars, typed(msg, "segment", INT, None),
+                 typed(msg, "source", TEXT, None))
+
+
+def _segment(msg: dict[str, Any], rid: str, sample_rate: int) -> Segment:
+    return Segment(rid, typed(msg, "segment", INT), typed(msg, "text", TEXT, ""), typed(msg, "offset_samples", INT),
+                   typed(msg, "samples", INT))
+
+
+def _done(msg: dict[str, Any], rid: str, sample_rate: int) -> Done:
+    return Done(rid, typed(msg, "chunks", INT, 0), typed(msg, "audio_seconds", NUMBER, 0.0),
+                dict(typed(msg, "timings", (dict,), {})), typed(msg, "voice_id", TEXT, None))
+
+
+def _cancelled(msg: dict[str, Any], rid: str, sample_rate: int) -> Cancelled:
+    return Cancelled(rid)
+
+
+# the server frames of a request, each read by its own function; "error" is read by error_from
+_EVENT_KINDS: dict[str, Callable[[dict[str, Any], str, int], Event]] = {
+    "accepted": _accepted, "progress": _progress, "words": _words, "segment": _segment, "done": _done,
+    "cancelled": _cancelled,
+}
