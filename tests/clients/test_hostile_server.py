@@ -17,6 +17,7 @@ from chorus_client import (
     ChorusError,
     ConnectionLostError,
     HandshakeError,
+    InvalidRequestError,
     ProtocolError,
     RequestTimeoutError,
 )
@@ -24,8 +25,10 @@ from chorus_client import (
 from tests.clients.conftest import require_framework
 from tests.clients.hostile_server import (
     READY,
+    HttpAnswer,
     audio_frame,
     audio_header,
+    hostile_http,
     hostile_server,
     speak,
 )
@@ -369,6 +372,97 @@ def test_a_frame_naming_no_request_ends_the_connection_with_a_clear_error(frame)
     assert "cannot read" in str(lost), lost
     assert codes == [1002]
     assert after.done is not None and opened == 2
+
+
+MALFORMED_BODIES = {
+    "list: HTML": ("list", 200, b"<html><body>502 Bad Gateway</body></html>"),
+    "list: voices not a list": ("list", 200, b'{"voices": "none"}'),
+    "list: a voice without an id": ("list", 200, b'{"voices": [{"name": "x"}]}'),
+    "get: a list": ("get", 200, b"[1, 2]"),
+    "get: id a number": ("get", 200, b'{"id": 5, "name": "x"}'),
+    "get: seconds a string": ("get", 200, b'{"id": "v1", "seconds": "long"}'),
+    "upload: empty body": ("upload", 201, b""),
+    "get: error page of 5000 bytes": ("get", 500, b"<html>" + b"x" * 5000 + b"</html>"),
+    "delete: error a string": ("delete", 404, b'{"error": "nope"}'),
+    "delete: error body a list": ("delete", 400, b"[]"),
+    "delete: error body not UTF-8": ("delete", 502, b"\xff\xfe\x00garbage"),
+}
+
+
+@pytest.mark.parametrize("call,status,body", MALFORMED_BODIES.values(), ids=MALFORMED_BODIES.keys())
+def test_a_malformed_voice_library_body_raises_a_chorus_error_with_its_status(call, status, body):
+    answer = HttpAnswer(status=status, body=body)
+
+    async def go(url):
+        async with ChorusClient(url) as client:
+            calls = {"list": client.list_voices, "get": lambda: client.voices.get("v1"),
+                     "upload": lambda: client.upload_voice(b"RIFF", "A clip."),
+                     "delete": lambda: client.delete_voice("v1")}
+            with pytest.raises(ChorusError) as info:
+                await calls[call]()
+            return info.value
+
+    with hostile_http(answer) as url:
+        err = run(go(url))
+    assert err.status == status
+    assert len(str(err)) < 400  # a short excerpt, not the body
+    if status < 400:
+        assert isinstance(err, BadResponseError), err
+
+
+def test_a_voice_library_that_is_slow_or_gone_raises_chorus_errors():
+    """An HTTP call over `http_timeout` raises `RequestTimeoutError`, a server that is not
+    there `ConnectionLostError`: the voice library raises no raw `httpx` error either."""
+
+    async def slow(url):
+        async with ChorusClient(url, http_timeout=0.2) as client:
+            with pytest.raises(RequestTimeoutError):
+                await client.list_voices()
+
+    with hostile_http(HttpAnswer(delay=1.0)) as url:
+        run(slow(url))
+        gone = url
+    # the server is shut down: its port now refuses connections
+
+    async def refused():
+        async with ChorusClient(gone) as client:
+            with pytest.raises(ConnectionLostError):
+                await client.voices.get("v1")
+
+    run(refused())
+
+
+def test_voice_ids_go_into_the_path_as_one_quoted_segment():
+    answer = HttpAnswer(status=204, body=b"")
+
+    async def go(url):
+        async with ChorusClient(url) as client:
+            await client.delete_voice("../../v1/pronunciations/say-1234")
+            await client.delete_voice("a b?c#d%")
+
+    with hostile_http(answer) as url:
+        run(go(url))
+    assert answer.seen == [("DELETE", "/v1/voices/..%2F..%2Fv1%2Fpronunciations%2Fsay-1234"),
+                           ("DELETE", "/v1/voices/a%20b%3Fc%23d%25")]
+
+
+@pytest.mark.parametrize("voice_id", ["", ".", ".."])
+def test_a_voice_id_that_is_no_path_segment_is_refused_before_sending(voice_id):
+    """An empty id would name the list, `.` and `..` the list or the API's root."""
+    answer = HttpAnswer(status=204, body=b"")
+
+    async def go(url):
+        async with ChorusClient(url) as client:
+            refused = []
+            for call in (client.delete_voice, client.voices.get):
+                with pytest.raises(InvalidRequestError) as info:
+                    await call(voice_id)
+                refused.append(info.value.field)
+            return refused
+
+    with hostile_http(answer) as url:
+        assert run(go(url)) == ["voice_id", "voice_id"]
+    assert answer.seen == []
 
 
 def test_the_plugins_map_the_new_errors():
