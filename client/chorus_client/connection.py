@@ -48,14 +48,15 @@ MiB = 1024 * 1024
 class Bounds:
     """How much a server can make this client hold, and how long it can make it wait.
 
-    `max_frame_bytes` matches the server's own `--max-frame-bytes` default; a larger frame
-    closes the connection (1009). `max_buffered_bytes` caps the unread events of one request
+    `max_frame_bytes` holds the largest frame a server with default limits sends (a `stream:
+    "whole"` request's one frame: 1800 s of 24 kHz `f32le`); a larger frame closes the
+    connection (1009). `max_buffered_bytes` caps the unread events of one request
     (a request over it ends with `BufferFullError`). `request_idle_timeout` is how long a
     request (or a ping) may go without a frame of its own, either way, while its caller
     waits (None: forever). `open_timeout` covers connecting and the `ready` greeting."""
 
-    max_frame_bytes: int = 16 * MiB
-    max_buffered_bytes: int = 64 * MiB
+    max_frame_bytes: int = 192 * MiB
+    max_buffered_bytes: int = 256 * MiB
     request_idle_timeout: float | None = 60.0
     open_timeout: float = 10.0
 

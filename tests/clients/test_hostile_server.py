@@ -138,10 +138,11 @@ def test_a_ping_never_answered_times_out():
 
 
 def test_a_frame_over_max_frame_bytes_ends_the_connection_and_the_next_call_reconnects():
-    """The default bound is the server's own `--max-frame-bytes` default (16 MiB): a larger
-    frame is refused (close 1009), never taken into memory."""
-    assert ChorusClient().bounds.max_frame_bytes == 16 * MiB
-    samples = 8 * MiB + 1  # 16 MiB and 2 bytes of samples
+    """A frame over the bound is refused (close 1009), never taken into memory. The default
+    bound holds the largest frame a server with default limits sends (1800 s of 24 kHz f32le);
+    here a client with a 1 MiB bound meets a frame of 1 MiB and 2 bytes of samples."""
+    assert ChorusClient().bounds.max_frame_bytes == 192 * MiB >= 1800 * 24000 * 4
+    samples = MiB // 2 + 1
 
     async def handler(ws, server):
         await send_ready(ws)
@@ -153,7 +154,7 @@ def test_a_frame_over_max_frame_bytes_ends_the_connection_and_the_next_call_reco
                 await speak(ws, msg["id"])
 
     async def go():
-        async with hostile_server(handler) as server, ChorusClient(server.url) as client:
+        async with hostile_server(handler) as server, ChorusClient(server.url, max_frame_bytes=MiB) as client:
             with pytest.raises(ConnectionLostError) as lost:
                 await client.synthesize("A huge frame.").collect()
             after = await client.synthesize("A small one.").collect()
