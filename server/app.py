@@ -43,6 +43,7 @@ from server.metrics import Metrics
 from server.net.bodies import BodyBudget, BodyBudgetExceeded, body_budget_middleware
 from server.service import Engine, SynthesisService
 from server.text import normalize
+from server.text.prepare import TextLimits
 from server.timestamps.clock import Aligner
 from server.voices import open_voice_library
 
@@ -98,8 +99,9 @@ def create_app(cfg: ServerConfig, engine: Engine | None = None, owns_engine: boo
             audio_limits=AudioLimits(max_bytes=cfg.max_reference_bytes, max_seconds=cfg.max_reference_seconds),
             max_references_bytes=cfg.max_references_bytes,
             max_voice_encodes=cfg.max_voice_encodes or ENCODES_PER_ENGINE * _engine_count(running),
-            keep=KeepPolicy(cfg.kept_voice_ttl, cfg.max_kept_voices), aligner=aligner,
-            normalize_workers=cfg.normalize_workers,
+            keep=KeepPolicy(cfg.kept_voice_ttl, cfg.max_kept_voices, cfg.max_kept_voices_per_owner), aligner=aligner,
+            normalize_workers=cfg.normalize_workers, voice_cache_seconds=cfg.voice_cache_seconds,
+            text_limits=TextLimits(max_spoken_chars=cfg.spoken_chars, normalize_seconds=cfg.normalize_seconds),
         )
         app.state.service.builtins.model_key = await asyncio.to_thread(model_key, cfg.model, running.model_name)
         app.state.ready = True

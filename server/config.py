@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from server import envs
@@ -55,6 +56,7 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 8000
     api_key: str | None = None
+    api_keys_file: Path | None = None  # more keys, one a line: each key owns its kept voices
     voices_dir: Path = field(default_factory=lambda: Path("voices"))
     voices_db: str | None = None  # postgresql://... : a voice library shared by replicas
     asr_model: str | None = None
@@ -62,6 +64,7 @@ class ServerConfig:
     # ---- limits (defaults documented in README.md and docs/protocol.md "Limits") ----
     max_queue: int = 256  # accepted requests not yet ended, server-wide; beyond: busy / 503
     max_text_chars: int = 5000
+    max_spoken_chars: int | None = None  # after the lexicon and normalisation; None: 4 x max_text_chars
     max_instructions_chars: int = 4096  # `instructions` of /v1/audio/speech (free text, mapped to items)
     max_inflight_per_connection: int = 16
     max_frame_bytes: int = 16 * 1024 * 1024  # one WebSocket frame; over it: close 1009
@@ -70,10 +73,14 @@ class ServerConfig:
     max_references_bytes: int = 64 * 1024 * 1024  # one-shot references (base64) being prepared, server-wide
     max_voice_encodes: int | None = None  # reference clips encoded at once, server-wide; None: 2 per engine
     normalize_workers: int = 2  # processes running `normalize_text`'s grammars (started at first use)
+    normalize_seconds: float = 30.0  # worker seconds one text's normalisation may take
+    max_pronunciations: int = 2000  # lexicon entries, all voices together
     max_voices: int = 1000  # voices in the library
     max_voices_bytes: int = 256 * 1024 * 1024  # stored voice data, all voices together
     kept_voice_ttl: float = 86400.0  # seconds a `keep_voice` voice stays usable
-    max_kept_voices: int = 1000  # kept voices at most (the oldest make room)
+    max_kept_voices: int = 1000  # kept voices at most, all owners (the biggest owner's oldest make room)
+    max_kept_voices_per_owner: int = 100  # one owner's kept voices (its oldest make room)
+    voice_cache_seconds: float = 2.0  # a cached library voice is checked against the library this often
     idle_timeout: float = 300.0  # s without a frame or a request in flight: close (0: never)
     drain_seconds: float = 30.0  # on SIGTERM/SIGINT: time in-flight requests get to finish
     stream: StreamLimits = field(default_factory=StreamLimits)
@@ -98,10 +105,25 @@ class ServerConfig:
     demo_model: bool = False
     model_name: str = ""
 
+    @cached_property
+    def api_keys(self) -> tuple[str, ...]:
+        """Every accepted key: `--api-key` and the lines of `--api-keys-file` (read at start)."""
+        keys = [self.api_key] if self.api_key else []
+        if self.api_keys_file is not None:
+            for line in self.api_keys_file.read_text(encoding="utf-8").splitlines():
+                if line.strip() and not line.lstrip().startswith("#"):
+                    keys.append(line.strip())
+        return tuple(keys)
+
     @property
     def page_api_key(self) -> str | None:
         """The key the demo page embeds: only with `page_embeds_key`."""
         return self.api_key if self.page_embeds_key and self.api_key else None
+
+    @property
+    def spoken_chars(self) -> int:
+        """The text as spoken (after the lexicon and normalisation) at most."""
+        return self.max_spoken_chars or 4 * self.max_text_chars
 
     @property
     def served_hosts(self) -> tuple[str, ...]:
@@ -125,6 +147,8 @@ class ServerConfig:
         cfg = cls()
         cfg.model = envs.CHORUS_MODEL
         cfg.api_key = envs.CHORUS_API_KEY
+        if keys_file := envs.CHORUS_API_KEYS_FILE:
+            cfg.api_keys_file = Path(keys_file)
         if voices := envs.CHORUS_VOICES_DIR:
             cfg.voices_dir = Path(voices)
         cfg.voices_db = envs.CHORUS_VOICES_DB

@@ -52,6 +52,7 @@ SWITCHES: tuple[Switch, ...] = (
     Switch("CHORUS_PORT", _text, None, "port to listen on (`--port`; default 8000)"),
     Switch("CHORUS_LOG_LEVEL", _text, None, "log detail (`--log-level`; default info)"),
     Switch("CHORUS_API_KEY", _text, None, "require this key on every request (`--api-key`)"),
+    Switch("CHORUS_API_KEYS_FILE", _text, None, "a file of API keys, one a line (`--api-keys-file`)"),
     Switch("CHORUS_VOICES_DIR", _text, None, "voice library folder (`--voices-dir`; default ./voices)"),
     Switch("CHORUS_VOICES_DB", _text, None, "postgresql://... voice library shared by replicas (`--voices-db`)"),
     Switch("CHORUS_ALLOWED_ORIGINS", _text, None, "other browser origins allowed, comma-separated (`*`: any)"),

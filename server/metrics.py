@@ -73,6 +73,10 @@ class Metrics:
                                  registry=r)
         self.decode_holds_refused = Gauge("chorus_decode_holds_refused", "Decode holds not started for want "
                                           "of hold budget, since start", ["engine"], registry=r)
+        self.normalize_workers = Gauge("chorus_normalize_workers", "normalize_text's worker processes by state "
+                                       "(busy: on a piece of some request's text; idle)", ["state"], registry=r)
+        self.normalize_waiting = Gauge("chorus_normalize_pieces_waiting", "Pieces of text waiting for a "
+                                       "normalize_text worker, all requests together", registry=r)
         self._counted_steps: dict[str, int] = {}
         self._seen_steps: dict[str, int] = {}
 
@@ -128,6 +132,11 @@ class Metrics:
                 self._seen_steps[name] = max(seen, records[-1].index)
         if headroom is not None:
             self.realtime_headroom.set(headroom)
+
+    def observe_normalizer(self, busy: int, idle: int, waiting: int) -> None:
+        self.normalize_workers.labels("busy").set(busy)
+        self.normalize_workers.labels("idle").set(idle)
+        self.normalize_waiting.set(waiting)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -49,6 +49,9 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default=None,
                        help="default: float32 on cpu, bfloat16 on cuda")
     serve.add_argument("--api-key", default=None, help="require this key (default: $CHORUS_API_KEY)")
+    serve.add_argument("--api-keys-file", default=None,
+                       help="a file of API keys, one a line (blank lines and # comments skipped): any of them "
+                            "is accepted, and each key's kept voices are its own (default: $CHORUS_API_KEYS_FILE)")
     serve.add_argument("--voices-dir", default=None,
                        help="voice library folder (default: $CHORUS_VOICES_DIR, else ./voices)")
     serve.add_argument("--voices-db", default=None,
@@ -100,6 +103,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     cfg.host, cfg.port = args.host, args.port
     if args.api_key:
         cfg.api_key = args.api_key
+    if args.api_keys_file:
+        cfg.api_keys_file = Path(args.api_keys_file)
     if args.voices_dir:
         cfg.voices_dir = Path(args.voices_dir)
     if args.voices_db:

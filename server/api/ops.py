@@ -28,6 +28,7 @@ async def metrics(state: State) -> Response:
     service = state.get("service")
     if service is not None:
         service.metrics.observe_engines(service.engines)
+        service.metrics.observe_normalizer(*service.text.normalizer.counts())
         body = service.metrics.render()
     else:
         body = b""

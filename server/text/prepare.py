@@ -1,13 +1,17 @@
 """A request's text as the engine gets it: the pronunciation lexicon applied, then normalised
 when the request asks (`normalize_text`).
 
-The lexicon runs in a worker thread and the normaliser's grammars in worker processes
-(`normalize_workers`: they keep the GIL for the whole call), never on the event loop, and only
-when there is work: a request without `normalize_text` and no entry that could apply goes
-straight on. A stream prepares each segment once it is complete (`server.streaming.session`).
+Both are request-controlled work and follow the one rule (`server.bounds`): the text as spoken
+is held to `max_spoken_chars` (checked as the lexicon writes it, and after normalisation), the
+lexicon runs on the text thread within `lexicon_seconds` and the normaliser's grammars in worker
+processes within `normalize_seconds` of worker time, and both stop when their request is
+cancelled (the awaiting task is). A request with no entry that could apply and no
+`normalize_text` goes straight on. A stream prepares each segment once it is complete
+(`server.streaming.session`).
 
-The lexicon is read from the voice library and kept for `LEXICON_TTL_S` (changes made through
-this server take effect at once; another replica's, within that time).
+The lexicon is read from the voice library and compiled once per change (`lexicon.Lexicon`),
+by one task every request waiting on it shares; it is read again after `LEXICON_TTL_S` (changes
+made through this server take effect at once; another replica's, within that time).
 """
 
 from __future__ import annotations
@@ -15,48 +19,101 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
-from server.text import lexicon
-from server.text.lexicon import Pronunciation
-from server.text.normalize_workers import NormalizerWorkers
+from server.bounds import WorkBounds, WorkRefused, run_bounded
+from server.errors import ServiceError
+from server.text.lexicon import Lexicon, Pronunciation
+from server.text.normalize_workers import NormalizerWorkers, WorkerDied
 
 LEXICON_TTL_S = 5.0
 
 
+@dataclass(frozen=True)
+class TextLimits:
+    max_spoken_chars: int = 20000  # the text after the lexicon and normalisation
+    lexicon_seconds: float = 2.0  # applying the lexicon to one text
+    normalize_seconds: float = 30.0  # worker seconds normalising one text may take
+
+
 class TextPreparer:
     def __init__(self, read_lexicon: Callable[[], list[Pronunciation]],
-                 voice_ids: Callable[[str], set[str]], *, normalize_workers: int):
-        """`read_lexicon`: every entry (blocking: run in a thread); `voice_ids(voice)`: the ids
-        a request's `voice` (an id, a display name, a built-in name) stands for (blocking);
+                 voice_ids: Callable[[str], set[str]], *, normalize_workers: int,
+                 limits: TextLimits = TextLimits()):
+        """`read_lexicon`: every entry (blocking: run on the text thread); `voice_ids(voice)`: the
+        ids a request's `voice` (an id, a display name, a built-in name) stands for (blocking);
         `normalize_workers`: processes running the normaliser's grammars at most."""
         self._read = read_lexicon
-        self.normalizer = NormalizerWorkers(normalize_workers)
+        self.limits = limits
+        self.normalizer = NormalizerWorkers(normalize_workers, budget_s=limits.normalize_seconds)
         self._voice_ids = voice_ids
-        self._entries: list[Pronunciation] = []
+        # the lexicon's reads, builds and applications: one thread of their own, so they neither
+        # wait behind nor hold up what other routes run on the loop's default executor
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="chorus-text")
+        self._entries: tuple[Pronunciation, ...] = ()
+        self._lexicon = Lexicon(())
         self._read_at = -LEXICON_TTL_S
+        self._refresh: asyncio.Task[Lexicon] | None = None
 
     def changed(self) -> None:
         """An entry was added or deleted here: read the lexicon again at the next request."""
         self._read_at = -LEXICON_TTL_S
 
-    async def entries(self) -> list[Pronunciation]:
-        if time.monotonic() - self._read_at >= LEXICON_TTL_S:
-            self._entries = await asyncio.to_thread(self._read)
-            self._read_at = time.monotonic()
-        return self._entries
+    async def lexicon(self) -> Lexicon:
+        """The compiled lexicon, read again once `LEXICON_TTL_S` has passed (one read at a time:
+        the requests meanwhile wait for the same one)."""
+        if time.monotonic() - self._read_at < LEXICON_TTL_S:
+            return self._lexicon
+        if self._refresh is None:
+            self._refresh = asyncio.get_running_loop().create_task(self._reload())
+            self._refresh.add_done_callback(self._refreshed)
+        return await asyncio.shield(self._refresh)
 
-    async def prepare(self, text: str, language: str | None, normalize: bool, voice: str | None = None) -> str:
-        entries = await self.entries()
-        if entries:
-            text = await asyncio.to_thread(self.apply_lexicon, text, voice, entries)
-        return await self.normalizer.normalize(text, language) if normalize else text
+    def _refreshed(self, task: asyncio.Task) -> None:
+        self._refresh = None
+        if not task.cancelled():
+            task.exception()  # seen: a failed read is retried by the next request
 
-    def apply_lexicon(self, text: str, voice: str | None, entries: list[Pronunciation]) -> str:
+    async def _reload(self) -> Lexicon:
+        started = time.monotonic()
+        entries = tuple(await asyncio.get_running_loop().run_in_executor(self._thread, self._read))
+        if entries != self._entries:
+            self._lexicon = await asyncio.get_running_loop().run_in_executor(self._thread, Lexicon, entries)
+            self._entries = entries
+        self._read_at = started
+        return self._lexicon
+
+    async def prepare(self, text: str, language: str | None, normalize: bool, voice: str | None = None,
+                      field: str = "text") -> str:
+        """The text as spoken; `ServiceError` past a cap or a budget (`field` names the text), or
+        when a normaliser worker died on it."""
+        try:
+            return await self._prepare(text, language, normalize, voice, field)
+        except WorkRefused as exc:
+            raise ServiceError(exc.code, exc.message, exc.field) from None
+        except WorkerDied as exc:
+            raise ServiceError("internal", str(exc)) from None
+
+    async def _prepare(self, text: str, language: str | None, normalize: bool, voice: str | None,
+                       field: str) -> str:
+        lexicon = await self.lexicon()
+        if lexicon:
+            bounds = WorkBounds.within("the pronunciation lexicon", self.limits.max_spoken_chars,
+                                       self.limits.lexicon_seconds, field)
+            text = await run_bounded(self._thread, bounds, self.apply_lexicon, lexicon, text, voice, bounds)
+        if not normalize:
+            return text
+        bounds = WorkBounds.within("normalize_text", self.limits.max_spoken_chars, None, field)
+        return await self.normalizer.normalize(text, language, bounds)
+
+    def apply_lexicon(self, lexicon: Lexicon, text: str, voice: str | None, bounds: WorkBounds) -> str:
         """The entries that apply to `voice` (and to every voice), on the caller's thread."""
         ids: set[str] = set()
-        if voice is not None and any(entry.voice is not None for entry in entries):
+        if voice is not None and lexicon.scoped:
             ids = self._voice_ids(voice)
-        return lexicon.apply(text, lexicon.for_voice(entries, ids))
+        return lexicon.apply(text, frozenset(ids), bounds).text
 
     def close(self) -> None:
         self.normalizer.close()
+        self._thread.shutdown(wait=False, cancel_futures=True)
