@@ -8,8 +8,11 @@ name the voice without waiting for a write. A stream in automatic or design mode
 its first segment as the voice of the rest: the kept voice is that very prompt.
 
 Kept voices live in the same library as uploads (SQLite or PostgreSQL, so every replica sees
-them), with `kept: true` and an `expires_at` (`--kept-voice-ttl`); at most
-`--max-kept-voices` are kept, the ones closest to expiry making room for new ones.
+them), with `kept: true` and an `expires_at` (`--kept-voice-ttl`, from when it was kept). Each
+belongs to who kept it (`server.voices.store.Owner`: its API key, listed, used and deleted by it
+alone; without keys its id, 128 random bits, is what grants it). At most
+`--max-kept-voices-per-owner` are one owner's and `--max-kept-voices` everyone's: past either,
+the owner's own (or the biggest owner's) closest to expiry make room.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import numpy as np
 
 from server.engine.types import ChunkTokens
 from server.voices import VoiceLibrary
+from server.voices.store import Owner
 
 log = logging.getLogger("chorus.voices")
 
@@ -34,6 +38,7 @@ FORMAT_VERSION = 1  # the layout `server.engine.voice_codec` reads
 class KeepPolicy:
     ttl_seconds: float = 24 * 3600.0
     max_kept: int = 1000
+    max_per_owner: int = 100
 
 
 def voice_blob(tokens: np.ndarray, text: str) -> bytes:
@@ -55,10 +60,11 @@ class KeptVoice:
     """One request's ticket: `on_tokens` takes the first chunk's tokens and starts storing
     them; `voice_id()` waits for the id."""
 
-    def __init__(self, store: VoiceLibrary, policy: KeepPolicy, frame_rate: float):
+    def __init__(self, store: VoiceLibrary, policy: KeepPolicy, frame_rate: float, owner: Owner):
         self.store = store
         self.policy = policy
         self.frame_rate = frame_rate
+        self.owner = owner
         self._task: asyncio.Task[str] | None = None
 
     def on_tokens(self, event: ChunkTokens) -> None:
@@ -78,7 +84,7 @@ class KeptVoice:
         blob = voice_blob(tokens, text.strip())
         expires_at = int(time.time() + self.policy.ttl_seconds)
         info = await asyncio.to_thread(self.store.add_kept, text.strip(), tokens.shape[-1] / self.frame_rate,
-                                       blob, expires_at, self.policy.max_kept)
+                                       blob, expires_at, self.owner, self.policy.max_kept, self.policy.max_per_owner)
         log.info("voice kept", extra={"voice": info.id, "seconds": info.seconds, "expires_at": expires_at})
         return info.id
 

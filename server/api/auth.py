@@ -1,8 +1,10 @@
 """Access: the optional API key, and which browser origins may use the API.
 
-The key (`--api-key` / `CHORUS_API_KEY`) is `Authorization: Bearer KEY` or `?api_key=KEY`,
-compared in constant time. It guards the WebSocket and every `/v1` HTTP route; `/healthz`,
-`/readyz`, `/metrics`, the demo page and its static files stay open (probes, scrapers, and
+The key (`--api-key` / `CHORUS_API_KEY`, and any of `--api-keys-file`'s) is
+`Authorization: Bearer KEY` or `?api_key=KEY`, compared in constant time. The key a request
+presents is also who it is (`owner_of`): a kept voice belongs to the key that kept it. It
+guards the WebSocket and every `/v1` HTTP route; `/healthz`, `/readyz`, `/metrics`, the demo
+page and its static files stay open (probes, scrapers, and
 a page that asks for the key).
 
 Origins: a browser names the page that opened a WebSocket or sent a request in its
@@ -31,6 +33,7 @@ from litestar.exceptions import NotFoundException
 from litestar.handlers.base import BaseRouteHandler
 
 from server.api.errors import ApiError, api_error_handler, http_exception_handler
+from server.voices.store import Owner
 
 _DEFAULT_PORTS = {"http": "80", "https": "443", "ws": "80", "wss": "443"}
 
@@ -57,11 +60,29 @@ def keys_match(given: str | bytes, expected: str | bytes) -> bool:
     return hmac.compare_digest(a, b)
 
 
-def is_authorized(connection: ASGIConnection, api_key: str | None) -> bool:
-    if not api_key:
-        return True
+def matching_key(connection: ASGIConnection, keys: tuple[str, ...]) -> str | None:
+    """The accepted key this connection presents, or None (every key is compared)."""
     given = presented_key(connection)
-    return given is not None and keys_match(given, api_key)
+    if given is None:
+        return None
+    found = None
+    for key in keys:  # no early exit: the time does not say which key matched
+        if keys_match(given, key):
+            found = key
+    return found
+
+
+def is_authorized(connection: ASGIConnection, keys: tuple[str, ...]) -> bool:
+    return not keys or matching_key(connection, keys) is not None
+
+
+def owner_of(connection: ASGIConnection, keys: tuple[str, ...]) -> Owner:
+    """Who this (authorized) connection is for kept voices: its key's digest where keys are
+    set, else its client address (which only counts against the per-owner cap)."""
+    if keys and (key := matching_key(connection, keys)) is not None:
+        return Owner("key:" + hashlib.sha256(_utf8(key)).hexdigest()[:32], by_key=True)
+    client = connection.client
+    return Owner(f"addr:{client.host if client else 'unknown'}", by_key=False)
 
 
 def _host_port(netloc: str, scheme: str) -> str:
@@ -168,5 +189,5 @@ def require_api_key(connection: ASGIConnection, _: BaseRouteHandler) -> None:
     if not origin_allowed(connection, config.allowed_origins):
         raise ApiError("unauthorized", "this page's origin may not use this server (see --allowed-origins)",
                        status=403)
-    if not is_authorized(connection, config.api_key):
+    if not is_authorized(connection, config.api_keys):
         raise ApiError("unauthorized", "a valid API key is required (Authorization: Bearer KEY)")

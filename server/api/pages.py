@@ -67,7 +67,7 @@ def page_context(config: Any, sample_rate: int | None = None) -> dict[str, Any]:
         },
         "options": options.table_json(),
         "page_defaults": dict(PAGE_DEFAULTS),
-        "api_key_required": bool(config.api_key),
+        "api_key_required": bool(config.api_keys),
         "api_key": config.page_api_key or None,
         "asr": bool(getattr(config, "asr_model", None)),  # a clip may come without its transcript
     }

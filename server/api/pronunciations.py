@@ -12,9 +12,10 @@ from litestar import Request, delete, get, post
 from server import protocol as p
 from server.api.errors import ApiError
 from server.builtin_voices import BUILTIN_NAMES
+from server.config import ServerConfig
 from server.service import SynthesisService
-from server.text.lexicon import Pronunciation, entry_problem
-from server.voices import PronunciationTaken
+from server.text.lexicon import Pronunciation, entry_problem, normal_say, normal_text
+from server.voices import LibraryFull, PronunciationTaken
 
 
 class NewPronunciation(msgspec.Struct, forbid_unknown_fields=True):
@@ -34,7 +35,7 @@ async def list_pronunciations(service: SynthesisService) -> PronunciationList:
 
 
 @post("/pronunciations", status_code=201)
-async def add_pronunciation(request: Request, service: SynthesisService) -> Pronunciation:
+async def add_pronunciation(request: Request, service: SynthesisService, config: ServerConfig) -> Pronunciation:
     """A new entry: JSON `{"text": WORD_OR_PHRASE, "say": REPLACEMENT_OR_[CMU FORM], "voice":
     null or a voice id}`; 409 when the text already has one for that voice."""
     try:
@@ -44,17 +45,21 @@ async def add_pronunciation(request: Request, service: SynthesisService) -> Pron
     except msgspec.ValidationError as exc:
         field, message = p.describe_validation_error(exc)
         raise ApiError("invalid_request", message, field=field) from None
-    text, say = " ".join(new.text.split()), new.say.strip()
+    text, say = normal_text(new.text), normal_say(new.say)
     if (problem := entry_problem(text, say)) is not None:
         raise ApiError("invalid_request", problem[1], field=problem[0])
     voice = new.voice
-    if voice is not None and voice not in BUILTIN_NAMES and await asyncio.to_thread(service.voices.get, voice) is None:
+    if voice is not None and voice.strip().lower() in BUILTIN_NAMES:
+        voice = voice.strip().lower()  # as requests name it: `ALLOY` is `alloy`
+    elif voice is not None and await asyncio.to_thread(service.voices.get, voice) is None:
         raise ApiError("voice_not_found", f"voice: no voice {voice!r} (give a voice's id, or null for every "
                        "voice)", field="voice")
     try:
-        entry = await asyncio.to_thread(service.voices.add_pronunciation, text, say, voice)
+        entry = await asyncio.to_thread(service.voices.add_pronunciation, text, say, voice, config.max_pronunciations)
     except PronunciationTaken as exc:
         raise ApiError("name_taken", str(exc), field="text") from None
+    except LibraryFull as exc:
+        raise ApiError("invalid_request", str(exc), field="text") from None
     service.text.changed()
     return entry
 

@@ -8,6 +8,7 @@ import msgspec
 from litestar import Request, delete, get, post
 from litestar.datastructures import UploadFile
 
+from server.api.auth import owner_of
 from server.api.errors import ApiError
 from server.audio_io import AudioError, decode_audio, decode_in_thread
 from server.builtin_voices import BUILTIN_NAMES
@@ -66,30 +67,32 @@ async def create_voice(request: Request, service: SynthesisService, config: Serv
 
 
 @get("/voices")
-async def list_voices(service: SynthesisService) -> VoiceList:
+async def list_voices(request: Request, service: SynthesisService, config: ServerConfig) -> VoiceList:
     """The built-in voices (OpenAI's names, `"builtin": true`) first, then the uploaded ones,
-    then those kept by requests (`keep_voice`: `"kept": true` and their `expires_at`)."""
-    library = await asyncio.to_thread(service.voices.list)
+    then those this caller's API key kept (`keep_voice`: `"kept": true` and their `expires_at`;
+    without API keys, kept voices are listed to nobody: their ids are their owners' secret)."""
+    library = await asyncio.to_thread(service.voices.list, owner_of(request, config.api_keys))
     uploaded = [voice for voice in library if not voice.kept]
     return VoiceList(service.builtins.infos() + uploaded + [voice for voice in library if voice.kept])
 
 
 @get("/voices/{voice_id:str}")
-async def get_voice(voice_id: str, service: SynthesisService) -> VoiceInfo:
-    """One voice by its id (a built-in name too)."""
+async def get_voice(request: Request, voice_id: str, service: SynthesisService, config: ServerConfig) -> VoiceInfo:
+    """One voice by its id (a built-in name too; a kept voice only to its owner)."""
     if voice_id in BUILTIN_NAMES:
         return next(info for info in service.builtins.infos() if info.id == voice_id)
-    info = await asyncio.to_thread(service.voices.get, voice_id)
+    info = await asyncio.to_thread(service.voices.get, voice_id, owner_of(request, config.api_keys))
     if info is None:
         raise ApiError("voice_not_found", f"voice: no voice {voice_id!r} in the library")
     return info
 
 
 @delete("/voices/{voice_id:str}", status_code=204)
-async def delete_voice(voice_id: str, service: SynthesisService) -> None:
-    """Delete a library voice (built-in voices cannot be deleted: 403)."""
+async def delete_voice(request: Request, voice_id: str, service: SynthesisService, config: ServerConfig) -> None:
+    """Delete a library voice (built-in voices cannot be deleted: 403; a kept voice only by its
+    owner). It stops working on every replica within `--voice-cache-seconds`."""
     if voice_id in BUILTIN_NAMES:
         raise ApiError("invalid_request", f"voice: {voice_id!r} is a built-in voice; built-in voices "
                        "cannot be deleted", status=403)
-    if not await service.delete_voice(voice_id):
+    if not await service.delete_voice(voice_id, owner_of(request, config.api_keys)):
         raise ApiError("voice_not_found", f"voice: no voice {voice_id!r} in the library")

@@ -20,17 +20,22 @@ from server.text.lexicon import Pronunciation
 from server.voices.store import (
     PRONUNCIATION_PREFIX,
     VOICE_ID,
+    LibraryFull,
     NameTaken,
+    Owner,
     PronunciationTaken,
+    Removed,
     VoiceInfo,
     check_room,
     live,
+    may_use,
     pronunciation_clash,
     same_name,
     slug,
 )
 
-COLUMNS = "id, name, text, seconds, created_at, kept, expires_at"  # a voice's row, as `voice_info` reads it
+# a voice's row, as `voice_info` reads it (and, last, who kept it: `Owner.tag`)
+COLUMNS = "id, name, text, seconds, created_at, kept, expires_at, owner"
 
 
 @dataclass(frozen=True)
@@ -47,8 +52,18 @@ class Statements:
 
 
 def voice_info(row: Any) -> VoiceInfo:
-    voice_id, name, text, seconds, created_at, kept, expires_at = row
+    voice_id, name, text, seconds, created_at, kept, expires_at = row[:7]
     return VoiceInfo(voice_id, name, text, seconds, created_at, kept=bool(kept), expires_at=expires_at)
+
+
+def visible(row: Any, owner: Owner | None, listing: bool = False) -> bool:
+    """Whether `owner` may use (or, `listing`, be shown) the voice in `row`: a kept voice is
+    listed only to the key that kept it; used by it alone, or by whoever has its id where
+    there are no keys."""
+    kept, voice_owner = bool(row[5]), row[7]
+    if listing and kept and owner is not None:
+        return owner.by_key and voice_owner == owner.tag
+    return may_use(owner, kept, voice_owner)
 
 
 def new_voice(voice_id: str, name: str | None, text: str, seconds: float, expires_at: int | None) -> VoiceInfo:
@@ -69,6 +84,16 @@ class SqlVoiceLibrary:
     max_voices: int | None
     max_bytes: int | None
     _lock: threading.Lock
+    _watchers: list[Removed]
+
+    def watch(self, removed: Removed) -> None:
+        self._watchers.append(removed)
+
+    def _removed(self, voice_ids: list[str]) -> None:
+        """Tell the watchers (after the change is committed)."""
+        if voice_ids:
+            for removed in list(self._watchers):
+                removed(voice_ids)
 
     def _execute(self, statement: str, params: tuple = ()) -> Any:
         """A cursor over what `statement` returns (the caller holds the lock)."""
@@ -97,24 +122,35 @@ class SqlVoiceLibrary:
                         raise NameTaken(voice_info(row))
             return self._insert(slug(name or "voice"), name, text, seconds, blob)
 
-    def get(self, voice_id: str) -> VoiceInfo | None:
+    def _row(self, voice_id: str, owner: Owner | None) -> Any | None:
+        """A live voice's row that `owner` may use, else None."""
         if not well_formed(voice_id):
             return None
         with self._lock:
             row = self._execute(self.sql.voice, (voice_id,)).fetchone()
-        info = voice_info(row) if row else None
-        return info if info is not None and live(info, time.time()) else None
+        if row is None or not live(voice_info(row), time.time()) or not visible(row, owner):
+            return None
+        return row
 
-    def list(self) -> list[VoiceInfo]:
+    def get(self, voice_id: str, owner: Owner | None = None) -> VoiceInfo | None:
+        row = self._row(voice_id, owner)
+        return voice_info(row) if row is not None else None
+
+    def list(self, owner: Owner | None = None) -> list[VoiceInfo]:
         with self._lock:
             rows = self._execute(self.sql.voices).fetchall()
         now = time.time()
-        return [info for info in map(voice_info, rows) if live(info, now)]
+        return [info for row in rows if live(info := voice_info(row), now) and visible(row, owner, listing=True)]
 
-    def add_pronunciation(self, text: str, say: str, voice: str | None) -> Pronunciation:
+    def add_pronunciation(self, text: str, say: str, voice: str | None, max_entries: int | None = None
+                          ) -> Pronunciation:
         with self._adding():  # one text, one entry
-            if (clash := pronunciation_clash(self._pronunciations(), text, voice)) is not None:
+            entries = self._pronunciations()
+            if (clash := pronunciation_clash(entries, text, voice)) is not None:
                 raise PronunciationTaken(clash)
+            if max_entries is not None and len(entries) >= max_entries:
+                raise LibraryFull(f"pronunciations: the lexicon is full ({len(entries)} entries, the limit is "
+                                  f"{max_entries}, --max-pronunciations); delete one first")
             entry = Pronunciation(f"{PRONUNCIATION_PREFIX}-{secrets.token_hex(4)}", text, say, voice)
             self._execute(self.sql.add_pronunciation, (entry.id, entry.text, entry.say, entry.voice, int(time.time())))
         return entry

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from server.voices.sql_library import COLUMNS, SqlVoiceLibrary, Statements, new_voice, well_formed
-from server.voices.store import KEPT_PREFIX, VoiceInfo
+from server.voices.sql_library import COLUMNS, SqlVoiceLibrary, Statements, new_voice, visible, well_formed
+from server.voices.store import KEPT_ID_BYTES, KEPT_PREFIX, Owner, VoiceInfo, kept_to_remove
 
 log = logging.getLogger("chorus.voices")
 
@@ -36,8 +36,8 @@ CREATE TABLE IF NOT EXISTS voices (
     expires_at INTEGER
 )
 """
-# libraries made before kept voices: the two columns are added in place
-_ADDED_COLUMNS = (("kept", "INTEGER NOT NULL DEFAULT 0"), ("expires_at", "INTEGER"))
+# libraries made before kept voices (and their owners): the columns are added in place
+_ADDED_COLUMNS = (("kept", "INTEGER NOT NULL DEFAULT 0"), ("expires_at", "INTEGER"), ("owner", "TEXT"))
 # Built-in voices (OpenAI's names), made once per model: not library voices (never listed
 # with them, never deleted), so they live in their own table.
 _BUILTIN_SCHEMA = "CREATE TABLE IF NOT EXISTS builtin_voices (key TEXT PRIMARY KEY, blob BLOB NOT NULL)"
@@ -69,6 +69,7 @@ class VoiceStore(SqlVoiceLibrary):
         self._tokens = self.root / "tokens"
         self._tokens.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
+        self._watchers = []
         self._db = sqlite3.connect(self.root / "index.sqlite3", check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(_SCHEMA)
@@ -110,23 +111,22 @@ class VoiceStore(SqlVoiceLibrary):
             log.warning("removing a voice whose file is missing", extra={"voice": voice_id})
             self._db.execute("DELETE FROM voices WHERE id = ?", (voice_id,))
 
-    def add_kept(self, text: str, seconds: float, blob: bytes, expires_at: int, max_kept: int) -> VoiceInfo:
+    def add_kept(self, text: str, seconds: float, blob: bytes, expires_at: int, owner: Owner, max_kept: int,
+                 max_per_owner: int) -> VoiceInfo:
         with self._adding():
-            now = int(time.time())
-            doomed = [row[0] for row in self._db.execute(
-                "SELECT id FROM voices WHERE kept = 1 AND expires_at <= ?", (now,))]
-            kept = [row[0] for row in self._db.execute(
-                "SELECT id FROM voices WHERE kept = 1 AND expires_at > ? ORDER BY expires_at, rowid", (now,))]
-            doomed += kept[:max(0, len(kept) - max_kept + 1)]
+            rows = self._db.execute("SELECT id, owner, expires_at FROM voices WHERE kept = 1 ORDER BY rowid").fetchall()
+            doomed = kept_to_remove(rows, owner.tag, time.time(), max_kept, max_per_owner)
             for voice_id in doomed:
                 self._remove(voice_id)
-            return self._insert(KEPT_PREFIX, None, text, seconds, blob, expires_at)
+            info = self._insert(KEPT_PREFIX, None, text, seconds, blob, expires_at, owner.tag)
+        self._removed(doomed)
+        return info
 
     def _insert(self, base: str, name: str | None, text: str, seconds: float, blob: bytes,
-                expires_at: int | None = None) -> VoiceInfo:
+                expires_at: int | None = None, owner: str | None = None) -> VoiceInfo:
         """Row and file, both or neither (the caller holds the lock)."""
         while True:
-            voice_id = f"{base}-{secrets.token_hex(4)}"
+            voice_id = f"{base}-{secrets.token_hex(KEPT_ID_BYTES if expires_at is not None else 4)}"
             if self._db.execute("SELECT 1 FROM voices WHERE id = ?", (voice_id,)).fetchone() is None:
                 break
         path = self._path(voice_id)
@@ -137,9 +137,9 @@ class VoiceStore(SqlVoiceLibrary):
             tmp.write_bytes(blob)
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                self._db.execute(f"INSERT INTO voices ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                self._db.execute(f"INSERT INTO voices ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                                  (info.id, info.name, info.text, info.seconds, info.created_at,
-                                  int(info.kept), info.expires_at))
+                                  int(info.kept), info.expires_at, owner))
                 os.replace(tmp, path)
                 self._db.execute("COMMIT")
             except BaseException:
@@ -161,22 +161,26 @@ class VoiceStore(SqlVoiceLibrary):
                     total += entry.stat().st_size
         return total
 
-    def load(self, voice_id: str) -> bytes | None:
-        """The stored encoded voice, or None when there is no such voice."""
+    def load(self, voice_id: str, owner: Owner | None = None) -> bytes | None:
+        """The stored encoded voice, or None when there is no such voice `owner` may use."""
         path = self._path(voice_id)
-        if path is None or self.get(voice_id) is None:
+        if path is None or self.get(voice_id, owner) is None:
             return None
         try:
             return path.read_bytes()
         except FileNotFoundError:
             return None
 
-    def delete(self, voice_id: str) -> bool:
+    def delete(self, voice_id: str, owner: Owner | None = None) -> bool:
         path = self._path(voice_id)
         if path is None:
             return False
         with self._lock:
-            return self._remove(voice_id)
+            row = self._db.execute(f"SELECT {COLUMNS} FROM voices WHERE id = ?", (voice_id,)).fetchone()
+            gone = row is not None and visible(row, owner) and self._remove(voice_id)
+        if gone:
+            self._removed([voice_id])
+        return gone
 
     def _remove(self, voice_id: str) -> bool:
         """Row, then file (the caller holds the lock)."""

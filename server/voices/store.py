@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Protocol
 
 import msgspec
@@ -21,8 +23,57 @@ from server.text.lexicon import Pronunciation
 VOICE_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,63}\Z")
 
 
-KEPT_PREFIX = "kept"  # kept voices' ids: kept-<hex>
+KEPT_PREFIX = "kept"  # kept voices' ids: kept-<32 hex digits>, 128 random bits (the id is a capability)
+KEPT_ID_BYTES = 16
 PRONUNCIATION_PREFIX = "say"  # lexicon entries' ids: say-<hex>
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Who keeps a voice (`keep_voice`): an API key (`key:` and a digest of it, never the key)
+    or, on a server without keys, a client address (`addr:`). A key's kept voices are its own:
+    listed, used and deleted by it alone. Without keys nobody is told apart, so a kept voice is
+    listed to nobody and its id (128 random bits) is what grants its use; the address only
+    counts against the per-owner cap."""
+
+    tag: str
+    by_key: bool
+
+    def may_use(self, voice_owner: str | None) -> bool:
+        """Whether this caller may see, use or delete a kept voice owned by `voice_owner`."""
+        return not self.by_key or voice_owner == self.tag
+
+
+def may_use(owner: Owner | None, kept: bool, voice_owner: str | None) -> bool:
+    """None: the server itself (no filter). Uploaded voices are everyone's."""
+    return owner is None or not kept or owner.may_use(voice_owner)
+
+
+def kept_to_remove(rows: Iterable[tuple[str, str | None, int]], owner: str, now: float, max_kept: int,
+                   max_per_owner: int) -> list[str]:
+    """Which kept voices go to make room for one more of `owner`'s: (id, owner, expires_at) rows
+    in order of arrival. The expired ones; past the owner's cap, its closest to expiry; past the
+    global cap, the closest to expiry of whoever keeps the most (so one owner filling the
+    library evicts its own voices, not everyone else's)."""
+    doomed = [voice_id for voice_id, _, expires_at in rows if expires_at <= now]
+    live_rows = [(voice_id, who, expires_at) for voice_id, who, expires_at in rows if expires_at > now]
+    by_owner: dict[str | None, list[tuple[int, int, str]]] = {}
+    for order, (voice_id, who, expires_at) in enumerate(live_rows):
+        by_owner.setdefault(who, []).append((expires_at, order, voice_id))
+    for voices in by_owner.values():
+        voices.sort()
+    mine = by_owner.setdefault(owner, [])
+    while len(mine) >= max_per_owner:
+        doomed.append(mine.pop(0)[2])
+    total = sum(len(voices) for voices in by_owner.values())
+    while total >= max_kept:
+        biggest = max(by_owner.values(), key=len)
+        doomed.append(biggest.pop(0)[2])
+        total -= 1
+    return doomed
+
+
+Removed = Callable[[list[str]], None]  # ids of voices just deleted or evicted (any replica)
 
 
 def live(info: VoiceInfo, now: float) -> bool:
@@ -120,24 +171,35 @@ class VoiceLibrary(Protocol):
         when another voice has the name."""
         ...
 
-    def add_kept(self, text: str, seconds: float, blob: bytes, expires_at: int, max_kept: int) -> VoiceInfo:
-        """Store a voice a request produced (`keep_voice`), removing expired kept voices and,
-        past `max_kept`, the ones closest to expiry (uploads are never touched)."""
+    def add_kept(self, text: str, seconds: float, blob: bytes, expires_at: int, owner: Owner, max_kept: int,
+                 max_per_owner: int) -> VoiceInfo:
+        """Store a voice a request produced (`keep_voice`) for `owner`, removing what
+        `kept_to_remove` says (uploads are never touched)."""
         ...
 
-    def get(self, voice_id: str) -> VoiceInfo | None: ...
-
-    def list(self) -> list[VoiceInfo]: ...
-
-    def load(self, voice_id: str) -> bytes | None:
-        """The stored encoded voice, or None when there is no such voice (or a bad id)."""
+    def get(self, voice_id: str, owner: Owner | None = None) -> VoiceInfo | None:
+        """A live voice by id that `owner` may use (None: any), else None."""
         ...
 
-    def delete(self, voice_id: str) -> bool: ...
+    def list(self, owner: Owner | None = None) -> list[VoiceInfo]:
+        """Uploaded voices, and the kept voices `owner` keeps by its key (None: every one)."""
+        ...
 
-    def add_pronunciation(self, text: str, say: str, voice: str | None) -> Pronunciation:
+    def load(self, voice_id: str, owner: Owner | None = None) -> bytes | None:
+        """The stored encoded voice, or None when there is no such voice `owner` may use."""
+        ...
+
+    def delete(self, voice_id: str, owner: Owner | None = None) -> bool: ...
+
+    def watch(self, removed: Removed) -> None:
+        """Call `removed` (from any thread) with the ids of voices deleted or evicted, by this
+        server or, where the library is shared, by another replica."""
+        ...
+
+    def add_pronunciation(self, text: str, say: str, voice: str | None, max_entries: int | None = None
+                          ) -> Pronunciation:
         """A lexicon entry under a new id; `PronunciationTaken` when the text has one for
-        the same voice (or for every voice)."""
+        the same voice (or for every voice), `LibraryFull` past `max_entries`."""
         ...
 
     def list_pronunciations(self) -> list[Pronunciation]: ...
