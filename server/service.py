@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -37,10 +36,11 @@ from server.errors import ServiceError
 from server.kept_voices import KeepPolicy, KeptVoice
 from server.metrics import Metrics
 from server.reference_budget import ReferenceBudget
-from server.text.prepare import TextPreparer
+from server.text.prepare import TextLimits, TextPreparer
 from server.timestamps.clock import Aligner
 from server.voices import LibraryFull, NameTaken, VoiceInfo, VoiceLibrary
-from server.voices.store import same_name
+from server.voices.cache import VoiceCache
+from server.voices.store import Owner, same_name
 
 log = logging.getLogger("chorus.service")
 
@@ -104,7 +104,8 @@ class SynthesisService:
     def __init__(self, engine: Engine, voices: VoiceLibrary, metrics: Metrics, *,
                  max_queue: int, asr_available: bool = False, audio_limits: AudioLimits = AudioLimits(),
                  max_references_bytes: int | None = None, max_voice_encodes: int = 2,
-                 keep: KeepPolicy | None = None, aligner: Aligner | None = None, normalize_workers: int = 2):
+                 keep: KeepPolicy | None = None, aligner: Aligner | None = None, normalize_workers: int = 2,
+                 text_limits: TextLimits | None = None, voice_cache_seconds: float = 2.0):
         self.engine = engine
         self.voices = voices
         self.metrics = metrics
@@ -117,13 +118,15 @@ class SynthesisService:
         self._jobs: dict[str, _Job] = {}
         self._idle = asyncio.Event()
         self._idle.set()
-        self._voice_cache: OrderedDict[str, VoicePrompt] = OrderedDict()
+        # library voices decoded once; forgotten when the library says one was removed (any replica)
+        self._voice_cache: VoiceCache[VoicePrompt] = VoiceCache(VOICE_CACHE_SIZE, voice_cache_seconds)
+        voices.watch(self._voice_cache.forget)
         self.references = ReferenceBudget(max_references_bytes)
         # encodes share the CPU with the step loop: at most this many at once, the rest wait in order
         self.encode_slots = asyncio.Semaphore(max_voice_encodes)
         self.builtins = BuiltinVoices(self)
         self.text = TextPreparer(voices.list_pronunciations, self._voice_ids,  # lexicon, normalisation
-                                 normalize_workers=normalize_workers)
+                                 normalize_workers=normalize_workers, limits=text_limits or TextLimits())
 
     @property
     def sample_rate(self) -> int:
@@ -142,9 +145,9 @@ class SynthesisService:
         """What a request's `voice` stands for, for voice-scoped lexicon entries (blocking)."""
         return {voice, voice.lower()} | {v.id for v in self.voices.list() if same_name(v.name, voice)}
 
-    def keeper(self) -> KeptVoice:
-        """A `keep_voice` ticket for one request or stream."""
-        return KeptVoice(self.voices, self.keep_policy, self.engines[0].frame_rate)
+    def keeper(self, owner: Owner) -> KeptVoice:
+        """A `keep_voice` ticket for one request or stream, the voice to be `owner`'s."""
+        return KeptVoice(self.voices, self.keep_policy, self.engines[0].frame_rate, owner)
 
     @property
     def inflight(self) -> int:
@@ -245,10 +248,11 @@ class SynthesisService:
     # ---- voices -------------------------------------------------------------------------
 
     async def resolve_voice(self, voice_id: str | None, reference_audio: str | None,
-                            reference_text: str | None) -> VoicePrompt | None:
-        """The encoded voice of a request: a library voice, a one-shot reference, or None."""
+                            reference_text: str | None, owner: Owner | None = None) -> VoicePrompt | None:
+        """The encoded voice of a request: a library voice (one `owner` may use), a one-shot
+        reference, or None."""
         if voice_id is not None:
-            return await self.named_voice(voice_id)
+            return await self.named_voice(voice_id, owner)
         if reference_audio is None:
             return None
         if self.draining:
@@ -268,35 +272,43 @@ class SynthesisService:
         finally:
             self.references.give(size)
 
-    async def named_voice(self, name: str) -> VoicePrompt:
+    async def named_voice(self, name: str, owner: Owner | None = None) -> VoicePrompt:
         """A voice by what a client calls it: a built-in name (OpenAI's: alloy...), a library
-        id, or the display name of exactly one library voice."""
+        id, or the display name of exactly one library voice (`owner` may use)."""
         if name.lower() in BUILTIN_NAMES:
             return await self.builtins.get(name.lower())
         try:
-            return await self.library_voice(name)
+            return await self.library_voice(name, owner)
         except ServiceError:
-            named = [v.id for v in await asyncio.to_thread(self.voices.list) if v.name.casefold() == name.casefold()]
+            named = [v.id for v in await asyncio.to_thread(self.voices.list, owner)
+                     if v.name.casefold() == name.casefold()]
             if len(named) == 1:
-                return await self.library_voice(named[0])
+                return await self.library_voice(named[0], owner)
             if len(named) > 1:
                 raise ServiceError("voice_not_found", f"voice: {len(named)} voices are named {name!r}; "
                                    "name one by its id") from None
             raise
 
-    async def library_voice(self, voice_id: str) -> VoicePrompt:
+    async def library_voice(self, voice_id: str, owner: Owner | None = None) -> VoicePrompt:
+        """A library voice by id, decoded once; a cached one is checked against the library
+        again when its last check is older than `--voice-cache-seconds` (`server.voices.cache`)."""
         from server.engine.model.voice_codec import voice_from_bytes  # lazy: keeps torch out of the web layer
 
-        if (cached := self._voice_cache.get(voice_id)) is not None:
-            self._voice_cache.move_to_end(voice_id)
-            return cached
-        blob = await asyncio.to_thread(self.voices.load, voice_id)
+        key = (voice_id, owner.tag if owner is not None and owner.by_key else None)
+        if (cached := self._voice_cache.get(key)) is not None:
+            prompt, fresh = cached
+            if fresh:
+                return prompt
+            if await asyncio.to_thread(self.voices.get, voice_id, owner) is not None:
+                self._voice_cache.checked(key)
+                return prompt
+            self._voice_cache.forget([voice_id])
+            raise ServiceError("voice_not_found", f"voice: no voice {voice_id!r} in the library", "voice")
+        blob = await asyncio.to_thread(self.voices.load, voice_id, owner)
         if blob is None:
             raise ServiceError("voice_not_found", f"voice: no voice {voice_id!r} in the library", "voice")
         prompt = await asyncio.to_thread(voice_from_bytes, blob)
-        self._voice_cache[voice_id] = prompt
-        while len(self._voice_cache) > VOICE_CACHE_SIZE:
-            self._voice_cache.popitem(last=False)
+        self._voice_cache.put(key, prompt)
         return prompt
 
     async def encode_voice(self, audio: DecodedAudio, text: str | None, prefix: str = "") -> VoicePrompt:
@@ -342,9 +354,8 @@ class SynthesisService:
         log.info("voice added", extra={"voice": info.id, "seconds": info.seconds})
         return info
 
-    async def delete_voice(self, voice_id: str) -> bool:
-        self._voice_cache.pop(voice_id, None)
-        gone = await asyncio.to_thread(self.voices.delete, voice_id)
+    async def delete_voice(self, voice_id: str, owner: Owner | None = None) -> bool:
+        gone = await asyncio.to_thread(self.voices.delete, voice_id, owner)  # the library tells the cache
         if gone:
             log.info("voice deleted", extra={"voice": voice_id})
         return gone

@@ -16,9 +16,11 @@ import itertools
 import json
 import logging
 import math
+import sys
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
+from typing import TypeVar
 
 import msgspec
 import numpy as np
@@ -26,6 +28,7 @@ from litestar import Request, Response, get, post
 from litestar.response import Stream
 
 from server import protocol as p
+from server.api.auth import owner_of
 from server.api.errors import ApiError, error_response
 from server.audio_io import encode_flac, encode_samples, wav_header
 from server.config import ServerConfig
@@ -43,8 +46,10 @@ from server.service import ServiceError, SynthesisService
 from server.speech_body import parse_speech_request
 from server.timestamps.clock import WordClock
 from server.timestamps.frames import WordsMsg
+from server.voices.store import Owner
 
 log = logging.getLogger("chorus.speech")
+T = TypeVar("T")
 _request_ids = itertools.count(1)
 ENDPOINT = "speech"
 AUDIO_TOKENS_PER_SECOND = 25
@@ -71,11 +76,38 @@ def _http_error(exc: ServiceError) -> ApiError:
     return ApiError(exc.code, _as_body_spells(exc.message), field=field, headers=retry)
 
 
-async def _voice(service: SynthesisService, voice: str | None) -> VoicePrompt | None:
+async def _voice(service: SynthesisService, voice: str | None, owner: Owner) -> VoicePrompt | None:
     """None (the model's own voice), a built-in name, a library id or a display name."""
     if voice is None:
         return None
-    return await service.named_voice(voice)
+    return await service.named_voice(voice, owner)
+
+
+async def _until_disconnected(request: Request) -> None:
+    """Returns when the client goes away (its body has been read: what comes next is the end)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _while_connected(request: Request, work: Awaitable[T]) -> T:
+    """`work`, cancelled if the client goes away first (then `ClientGone`): a request's text
+    preparation and its wait for the first audio stop with their client (`server.bounds`)."""
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_until_disconnected(request))
+    try:
+        await asyncio.wait((task, gone), return_when=asyncio.FIRST_COMPLETED)
+        if not task.done():
+            task.cancel()
+            raise ClientGone()
+        return task.result()
+    finally:
+        gone.cancel()
+        if not task.done():
+            task.cancel()
+
+
+class ClientGone(Exception):
+    """The HTTP client disconnected before its response began."""
 
 
 async def _next_audio(events: asyncio.Queue) -> ChunkAudio | Finished:
@@ -115,26 +147,30 @@ async def speech(request: Request, service: SynthesisService, config: ServerConf
         raise ApiError("invalid_request", 'timestamps: need "stream_format": "sse" (the words come as '
                        "speech.audio.words events between the audio's)", field="timestamps")
     instructions = map_instructions(body.instructions)
+    owner = owner_of(request, config.api_keys)
     try:
-        voice = await _voice(service, body.voice_name)
+        voice = await _voice(service, body.voice_name, owner)
     except ServiceError as exc:
         service.reject(ENDPOINT, exc.code)
         raise _http_error(exc) from None
     try:
-        text = await service.text.prepare(body.input, body.language, body.normalize_text, body.voice_name)
+        text = await _while_connected(request, service.text.prepare(
+            body.input, body.language, body.normalize_text, body.voice_name, field="input"))
         synth = SynthesisRequest(
             request_id=request_id, text=text, language=body.language, instruct=instructions.instruct,
             voice=voice, stream="whole" if fmt == "flac" else "chunk", received_at=received_at,
             options=p.generation_options(body), progress=False,
         )
         events: asyncio.Queue = asyncio.Queue()
-        kept = service.keeper() if body.keep_voice else None
+        kept = service.keeper(owner) if body.keep_voice else None
         clock = WordClock(request_id, body.timestamps) if body.timestamps else None
         hooks = [hook.on_tokens for hook in (kept, clock) if hook is not None]
         accepted = service.submit(synth, events.put_nowait, ENDPOINT,
                                   (lambda event: [hook(event) for hook in hooks]) if hooks else None)
     except ServiceError as exc:
         raise _http_error(exc) from None
+    except ClientGone:
+        return Response(b"", status_code=499)  # nobody reads it
 
     headers = {"X-Request-Id": request_id, "X-Sample-Rate": str(service.sample_rate)}
     if instructions.instruct:
@@ -143,9 +179,11 @@ async def speech(request: Request, service: SynthesisService, config: ServerConf
         headers[IGNORED_HEADER] = header_value(instructions.ignored)
         log.info("instructions ignored: %s", "; ".join(instructions.ignored), extra={"request_id": request_id})
     try:
-        first = await _next_audio(events)
+        first = await _while_connected(request, _next_audio(events))
     except BaseException:  # the client went away while we waited
         service.cancel(request_id)
+        if isinstance(sys.exc_info()[1], ClientGone):
+            return Response(b"", status_code=499)
         raise
     if isinstance(first, Finished):
         return _failure(first)

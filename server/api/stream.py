@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from litestar import WebSocket, websocket
 
 from server import protocol as p
-from server.api.auth import HOST_REFUSED, host_allowed, is_authorized, origin_allowed
+from server.api.auth import HOST_REFUSED, host_allowed, is_authorized, origin_allowed, owner_of
 from server.api.outbox import Outbox
 from server.config import ServerConfig
 from server.encoders import StreamEncoder, default_rate, ws_encoder
@@ -71,7 +71,8 @@ class Connection:
         self.open = True
         self.last_activity = time.monotonic()
         self.frame_at = time.perf_counter()  # when the frame being handled arrived
-        self.streams = ConnectionStreams(service, cfg.stream, self.prefix, send=self._send,
+        self.owner = owner_of(socket, cfg.api_keys)  # whose kept voices this connection may use
+        self.streams = ConnectionStreams(service, cfg.stream, self.prefix, self.owner, send=self._send,
                                          send_bytes=self._send_bytes, refuse=self._refuse)
 
     # ---- lifecycle ----------------------------------------------------------------------
@@ -84,7 +85,7 @@ class Connection:
         if not origin_allowed(self.socket, self.cfg.allowed_origins):
             await self._refuse_connection("this page's origin may not use this server (see --allowed-origins)")
             return
-        if not is_authorized(self.socket, self.cfg.api_key):
+        if not is_authorized(self.socket, self.cfg.api_keys):
             await self._refuse_connection("a valid API key is required")
             return
         log.info("connected", extra={"connection": self.prefix})
@@ -210,12 +211,12 @@ class Connection:
             req.task = asyncio.create_task(self._start(req, msg))
 
     async def _start(self, req: _Request, msg: p.Synthesize) -> None:
+        """Resolve the voice, prepare the text, submit. A `cancel` (or a disconnect) meanwhile
+        cancels this task: whatever it waits on stops with it (`server.bounds`)."""
         try:
             ref = msg.reference
-            voice = await self.service.resolve_voice(msg.voice, ref.audio if ref else None, ref.text if ref else None)
-            if req.cancel_requested or not self.open:
-                self._end(req, p.Cancelled(req.client_id))
-                return
+            voice = await self.service.resolve_voice(msg.voice, ref.audio if ref else None, ref.text if ref else None,
+                                                     self.owner)
             text = await self.service.text.prepare(msg.text, msg.language, msg.options.normalize_text, msg.voice)
             if req.cancel_requested or not self.open:
                 self._end(req, p.Cancelled(req.client_id))
@@ -225,7 +226,7 @@ class Connection:
                 voice=voice, stream=msg.stream_mode, received_at=req.received_at,
                 options=p.generation_options(msg.options), progress=req.progress,
             )
-            req.kept = self.service.keeper() if msg.keep_voice else None
+            req.kept = self.service.keeper(self.owner) if msg.keep_voice else None
             req.words = WordClock(req.client_id, msg.timestamps) if msg.timestamps else None
             req.whole = msg.stream_mode == "whole"
             hooks = [hook.on_tokens for hook in (req.kept, req.words) if hook is not None]
@@ -233,6 +234,9 @@ class Connection:
                                                (lambda event: [hook(event) for hook in hooks]) if hooks else None)
         except ServiceError as exc:
             self._end(req, p.ErrorMsg(req.client_id, exc.code, exc.message, exc.field, exc.retry_after_ms))
+            return
+        except asyncio.CancelledError:  # `cancel` or a disconnect before the engine had it
+            self._end(req, p.Cancelled(req.client_id))
             return
         except Exception:  # a bug here fails this request only
             log.exception("starting a request failed", extra={"request_id": req.request_id})
@@ -244,6 +248,8 @@ class Connection:
         req.cancel_requested = True
         if req.accepted is not None:
             self.service.cancel(req.request_id)
+        elif req.task is not None and not req.task.done():
+            req.task.cancel()  # still resolving its voice or preparing its text: stop that now
 
     # ---- frames out ---------------------------------------------------------------------
 

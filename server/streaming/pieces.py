@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from server.encoders import StreamEncoder
 from server.engine.types import ChunkAudio
+from server.errors import ServiceError
 
 log = logging.getLogger("chorus.stream")
 
@@ -25,6 +26,7 @@ class Segment:
     offset: int = 0  # where its audio starts in the stream (samples), set when it is the head
     samples: int = 0
     planned_s: float = 0.0  # the engine's estimate of its audio, until the audio is known
+    received_s: float = 0.0  # audio the engine has made of it so far (seconds)
     finished: bool = False
     encoder: StreamEncoder | None = None  # one per segment: each ends with its last chunk
     held: list[ChunkAudio] = field(default_factory=list)  # audio waiting for earlier segments
@@ -38,12 +40,15 @@ class PendingSegment:
     text: str
     spoken: asyncio.Future[str] | None = None
 
-    def spoken_text(self, stream_id: str) -> str:
-        """Its text as prepared (once `spoken` is done), or as written if preparing it failed."""
-        if self.spoken is None:
-            return self.text
-        if (failure := self.spoken.exception()) is not None:  # e.g. the lexicon could not be read
-            log.error("preparing a segment's text failed: %r; spoken as written", failure,
-                      extra={"request_id": stream_id})
-            return self.text
-        return self.spoken.result()
+    def failure(self) -> ServiceError | None:
+        """Why its text could not be prepared (once `spoken` is done): the stream ends with it."""
+        if self.spoken is None or self.spoken.cancelled() or (exc := self.spoken.exception()) is None:
+            return None
+        if isinstance(exc, ServiceError):
+            return exc
+        log.error("preparing a segment's text failed: %r", exc)
+        return ServiceError("internal", "the server failed to prepare this segment's text")
+
+    def spoken_text(self) -> str:
+        """Its text as prepared (once `spoken` is done and did not fail)."""
+        return self.text if self.spoken is None else self.spoken.result()

@@ -36,6 +36,7 @@ from server.streaming.pieces import PendingSegment, Segment
 from server.streaming.playback import StreamPlayback
 from server.streaming.segmenter import Segmenter
 from server.timestamps.clock import segment_words
+from server.voices.store import Owner
 
 log = logging.getLogger("chorus.stream")
 ENDPOINT = "stream"
@@ -61,20 +62,21 @@ class Outlet:
 
 class StreamSession:
     def __init__(self, msg: p.StreamOpen, request_prefix: str, service: SynthesisService,
-                 limits: StreamLimits, outlet: Outlet):
+                 limits: StreamLimits, outlet: Outlet, owner: Owner):
         self.id = msg.id
         self.msg = msg
         self.prefix = request_prefix
         self.service = service
         self.limits = limits
         self.outlet = outlet
+        self.owner = owner
         self.segmenter = Segmenter()
         asked = p.generation_options(msg.options)
         self.first_chunk_seconds = asked.first_chunk_seconds  # the first segment's fast start
         self.options = replace(asked, chunk_threshold=NO_CHUNKING_S, first_chunk_seconds=None)
         self.chained = msg.voice is None and msg.reference is None
         self.meta = OrderedFrames(outlet.send, lambda: self.ended)  # words, segment frames: in order
-        self.kept: KeptVoice | None = service.keeper() if msg.keep_voice else None
+        self.kept: KeptVoice | None = service.keeper(owner) if msg.keep_voice else None
         self.normalize = msg.options.normalize_text
         self.finishing = False  # `done` is waiting for the kept voice's id
         self.voice: VoicePrompt | None = None
@@ -82,11 +84,11 @@ class StreamSession:
         self.pending: deque[PendingSegment] = deque()  # complete segments not yet submitted
         self.segments: list[Segment] = []
         self.running = 0  # segments submitted and not finished
-        self.planned_s = 0.0  # audio the submitted segments plan, together (the engine's estimate)
         self.playback = StreamPlayback(msg.id, msg.encoding, msg.sample_rate, service.sample_rate,
                                        self.meta.send, outlet.send_bytes, service.metrics.stream_late,
                                        self._segment_words)
         self.closed = False
+        self.late_frame: str | None = None  # a frame after stream_close: the stream ends with its error
         self.ended = False
         self.opened_at = time.perf_counter()
         self.queue_ms = 0.0
@@ -107,7 +109,7 @@ class StreamSession:
         ref = self.msg.reference
         try:
             self.voice = await self.service.resolve_voice(self.msg.voice, ref.audio if ref else None,
-                                                          ref.text if ref else None)
+                                                          ref.text if ref else None, self.owner)
         except ServiceError as exc:
             self._end(p.ErrorMsg(self.id, exc.code, exc.message))
             return
@@ -161,8 +163,12 @@ class StreamSession:
             head = self.pending[0]
             if head.spoken is not None and not head.spoken.done():
                 break  # still being normalised: `_take`'s callback pumps again
+            if (failure := head.failure()) is not None:
+                index = len(self.segments)
+                self._end(p.ErrorMsg(self.id, failure.code, f"segment {index}: {failure.message}", failure.field))
+                return
             self.pending.popleft()
-            self._submit(head.text, head.spoken_text(self.id))
+            self._submit(head.text, head.spoken_text())
         self._maybe_done()
 
     def _take(self, texts: list[str]) -> None:
@@ -195,11 +201,15 @@ class StreamSession:
                                  retry_after_ms=exc.retry_after_ms))
             return
         seg.planned_s = sum(accepted.target_seconds)
-        if self._over_audio_cap(seg, seg.planned_s):
+        if self._over_audio_cap(seg, self.audio_seconds() + seg.planned_s):
             return
-        self.planned_s += seg.planned_s
         self.segments.append(seg)
         self.running += 1
+
+    def audio_seconds(self) -> float:
+        """The stream's audio against `--max-audio-seconds`: each finished segment's as made, a
+        running one's planned length or what it has made, whichever is more."""
+        return sum(seg.received_s if seg.finished else max(seg.planned_s, seg.received_s) for seg in self.segments)
 
     def _due_at(self) -> float | None:
         """When playback will reach the next segment (the engine's deadline hint): the stream's
@@ -227,11 +237,11 @@ class StreamSession:
                                  "text"))
         return buffered > self.limits.max_buffered_chars
 
-    def _over_audio_cap(self, seg: Segment, planned: float) -> bool:
-        """Would this segment take the stream's planned audio over `--max-audio-seconds`
-        (one cap for a stream as for a request)? Then cancel it and end the stream."""
+    def _over_audio_cap(self, seg: Segment, total: float) -> bool:
+        """Would the stream's audio (`total` s, with this segment's) pass `--max-audio-seconds`
+        (one cap for a stream as for a request)? Then cancel the segment and end the stream:
+        checked as a segment is planned and again as each piece of its audio comes."""
         cap = self.limits.max_audio_seconds
-        total = self.planned_s + planned
         if cap is None or total <= cap:
             return False
         self.service.cancel(seg.request_id)
@@ -250,6 +260,9 @@ class StreamSession:
             self.outlet.send(StreamProgressMsg(self.id, event.chunk, event.step, event.num_steps,
                                                event.fraction, segment=seg.index))
         elif isinstance(event, ChunkAudio):
+            seg.received_s += event.audio.shape[-1] / event.sample_rate
+            if self._over_audio_cap(seg, self.audio_seconds()):
+                return
             first = self.playback.first_audio_at is None
             self.playback.audio(self.segments, seg, event)
             if first and self.playback.first_audio_at is not None:
@@ -284,6 +297,10 @@ class StreamSession:
     def _maybe_done(self) -> None:
         if (self.closed and not self.ended and not self.finishing and self.voice_ready and not self.pending
                 and self.playback.head == len(self.segments) and self.segmenter.buffered == 0):
+            if self.late_frame is not None:  # what came before stream_close was spoken; this was not
+                self._end(p.ErrorMsg(self.id, "invalid_request", f"type: {self.late_frame} after stream_close "
+                                     "(the text before stream_close was spoken; this frame was not used)", "type"))
+                return
             total_ms = round((time.perf_counter() - self.opened_at) * 1000.0, 3)
             out = self.playback
             done = p.Done(self.id, out.frames, round(out.offset / out.out_rate, 4),
@@ -312,8 +329,11 @@ class StreamSession:
     # ---- ending -------------------------------------------------------------------------
 
     def _refuse_after_close(self, what: str) -> bool:
-        if self.closed:
-            self._end(p.ErrorMsg(self.id, "invalid_request", f"type: {what} after stream_close", "type"))
+        """A frame after `stream_close` is not used; the stream still speaks what it was given
+        before the close, then ends with this mistake (`_maybe_done`)."""
+        if self.closed and self.late_frame is None:
+            self.late_frame = what
+            self._maybe_done()
         return self.closed or self.ended
 
     def _rearm_idle(self) -> None:

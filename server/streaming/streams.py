@@ -13,17 +13,19 @@ from server import protocol as p
 from server.config import StreamLimits
 from server.service import SynthesisService
 from server.streaming.session import Outlet, StreamSession
+from server.voices.store import Owner
 
 RECENT_ENDS = 256  # ids of streams that ended lately: their late frames are dropped quietly
 
 
 class ConnectionStreams:
-    def __init__(self, service: SynthesisService, limits: StreamLimits, prefix: str, *,
+    def __init__(self, service: SynthesisService, limits: StreamLimits, prefix: str, owner: Owner, *,
                  send: Callable, send_bytes: Callable[[bytes, float], None],
                  refuse: Callable[[str | None, str, str, str | None], None]):
         self.service = service
         self.limits = limits
         self.prefix = prefix
+        self.owner = owner
         self.refuse = refuse
         self.outlet = Outlet(send, send_bytes, self._ended)
         self.open: dict[str, StreamSession] = {}
@@ -37,7 +39,7 @@ class ConnectionStreams:
 
     def start(self, msg: p.StreamOpen) -> None:
         """Open a stream (the connection has checked the id and its in-flight limit)."""
-        session = StreamSession(msg, self.prefix, self.service, self.limits, self.outlet)
+        session = StreamSession(msg, self.prefix, self.service, self.limits, self.outlet, self.owner)
         self.open[msg.id] = session
         if msg.id in self._recent:
             self._recent.remove(msg.id)
