@@ -1,6 +1,7 @@
 """`keep_voice`: a request's (or a stream's) speaker kept as a voice that later requests on
-any connection, or another replica, can name; listed with `kept` and `expires_at`, with a
-time-to-live and a cap. Real servers, a real `websockets` client and the `openai` client."""
+any connection, or another replica, can name; shown with `kept` and `expires_at`, with a
+time-to-live and a cap. Real servers, a real `websockets` client and the `openai` client.
+(Who may list, use and delete a kept voice: tests/integration/test_kept_voice_owners.py.)"""
 
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ import openai
 from server.engine.model.voice_codec import voice_from_bytes
 from server.kept_voices import voice_blob
 from server.voices.sqlite import VoiceStore
+from server.voices.store import Owner
 from tests.support.chorus_client import Outcome, Session, request_once
 
 FAST = {"num_step": 4, "seed": 11}
+OWNER = Owner("addr:127.0.0.1", by_key=False)
 
 
 def run(coro):
@@ -43,8 +46,12 @@ async def stream(url: str, sid: str, pieces: list[str], seed: int = 11, **fields
 
 
 def listed(url: str, voice_id: str) -> dict:
-    voices = httpx.get(url + "/v1/voices").json()["voices"]
-    return next(v for v in voices if v["id"] == voice_id)
+    """A kept voice as its id shows it: on a server without API keys its id is the only way to
+    it (`GET /v1/voices` lists it to nobody)."""
+    assert voice_id not in [v["id"] for v in httpx.get(url + "/v1/voices").json()["voices"]]
+    response = httpx.get(f"{url}/v1/voices/{voice_id}")
+    assert response.status_code == 200, response.text
+    return response.json()
 
 
 def test_a_request_keeps_its_speaker_for_later_requests_on_other_connections(chorus_server):
@@ -108,11 +115,12 @@ def test_kept_voices_expire_and_are_capped(tmp_path):
         tokens = np.arange(8 * 50, dtype=np.int64).reshape(8, 50) % 1024
         upload = store.add("An upload", "text", 2.0, voice_blob(tokens, "text"))
         now = int(time.time())
-        store.add_kept("a", 2.0, voice_blob(tokens, "a"), now + 100, max_kept=2)
-        b = store.add_kept("b", 2.0, voice_blob(tokens, "b"), now + 200, max_kept=2)
-        c = store.add_kept("c", 2.0, voice_blob(tokens, "c"), now + 300, max_kept=2)
+        store.add_kept("a", 2.0, voice_blob(tokens, "a"), now + 100, OWNER, max_kept=2, max_per_owner=10)
+        b = store.add_kept("b", 2.0, voice_blob(tokens, "b"), now + 200, OWNER, max_kept=2, max_per_owner=10)
+        c = store.add_kept("c", 2.0, voice_blob(tokens, "c"), now + 300, OWNER, max_kept=2, max_per_owner=10)
         assert {v.id for v in store.list()} == {upload.id, b.id, c.id}  # a, closest to expiry, made room
-        gone = store.add_kept("gone", 2.0, voice_blob(tokens, "gone"), now - 1, max_kept=10)
+        assert len(c.id) == len("kept-") + 32  # 128 random bits: the id is a capability
+        gone = store.add_kept("gone", 2.0, voice_blob(tokens, "gone"), now - 1, OWNER, max_kept=10, max_per_owner=10)
         assert store.get(gone.id) is None and store.load(gone.id) is None  # expired: not served
         assert gone.id not in [v.id for v in store.list()]
         prompt = voice_from_bytes(store.load(b.id))
@@ -136,7 +144,7 @@ def test_a_library_made_before_kept_voices_opens_and_keeps_its_voices(tmp_path):
     try:
         old = store.get("old-00000000")
         assert old is not None and old.kept is False and old.expires_at is None
-        assert store.add_kept("new", 1.0, b"blob", int(time.time()) + 60, 5).kept is True
+        assert store.add_kept("new", 1.0, b"blob", int(time.time()) + 60, OWNER, 5, 5).kept is True
     finally:
         store.close()
 
@@ -151,7 +159,9 @@ def test_a_voice_kept_on_one_replica_is_used_on_another(start_inproc, tmp_path, 
         assert used.end["type"] == "done" and len(used.samples) > 0
         for i in range(2):  # a's cap of 2: the oldest kept voice makes room
             run(synthesize(a.ws_url, f"m{i}", "One more kept voice.", keep_voice=True))
-        assert kept not in [v["id"] for v in httpx.get(b.url + "/v1/voices").json()["voices"]]
+        assert httpx.get(f"{b.url}/v1/voices/{kept}").status_code == 404
+        evicted = run(synthesize(b.ws_url, "e", "Spoken with an evicted voice.", voice=kept))  # b used it just now
+        assert evicted.end["type"] == "error" and evicted.end["code"] == "voice_not_found", evicted.end
     finally:
         a.stop()
         b.stop()

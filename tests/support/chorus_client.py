@@ -100,10 +100,13 @@ class Session:
         return json.loads(raw)
 
     async def collect(self, ids: list[str] | None = None) -> dict[str, Outcome]:
-        """Read until every id in `ids` (default: all pending) has an end frame."""
+        """Read until every id in `ids` (default: all pending) has an end frame (read now or
+        before: an id that already ended is not waited for again)."""
         waiting = set(ids if ids is not None else self.outcomes)
-        for i in waiting:
-            self.outcomes.setdefault(i, Outcome(i))
+        for i in list(waiting):
+            outcome = self.outcomes.setdefault(i, Outcome(i))
+            if outcome.frames and isinstance(outcome.frames[-1], dict) and outcome.frames[-1]["type"] in END_TYPES:
+                waiting.discard(i)
         while waiting:
             frame = await self.next_frame()
             fid = frame.header["id"] if isinstance(frame, Audio) else frame.get("id")
