@@ -48,8 +48,8 @@ from chorus_client import AudioChunk, Cancelled, ChorusClient, ChorusError, Done
 from bench import ws_bench
 from bench.metrics import emit_report, percentile, stats
 from bench.mixes import WORDS, plain_mix
-from server.checkout import git_commit
-from server.launcher import ServerProcess
+from server.cli.checkout import git_commit
+from server.cli.launcher import ServerProcess
 from server.loadtest.cli import split_serve_args
 
 SENTENCE_ENDS = ".!?"

@@ -37,8 +37,8 @@ from bench.agents import VoiceTurn, voice_agent_loop
 from bench.metrics import emit_report, percentile, stats
 from bench.mixes import plain_mix
 from bench.ws_bench import StepWatch
-from server.checkout import git_commit
-from server.launcher import ServerProcess
+from server.cli.checkout import git_commit
+from server.cli.launcher import ServerProcess
 from server.loadtest.cli import split_serve_args
 
 DEFAULT_FRACTIONS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bench.metrics import build_summary
-from server.checkout import git_commit
+from server.cli.checkout import git_commit
 
 log = logging.getLogger("chorus.bench")
 
@@ -226,7 +226,7 @@ def _fp8_runs(model, settings, specs) -> dict:
 def _server_scenarios(run: Run, ckpt: Path, specs, engine_throughput: dict | None) -> None:
     """The WebSocket scenarios, against a `chorus serve` started here with the engine's settings."""
     from bench import ws_bench as ws
-    from server.launcher import ServerProcess
+    from server.cli.launcher import ServerProcess
 
     args = run.args
     work = Path(tempfile.mkdtemp(prefix="chorus-bench-serve-"))

@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     runs = [run(args.checkpoint, d, args.dtype, args.requests, args.max_batch_size, args.max_packed_tokens)
             for d in args.devices]
-    from server.checkout import git_commit
+    from server.cli.checkout import git_commit
 
     scaling = round(runs[-1]["audio_s_per_s"] / runs[0]["audio_s_per_s"], 3) if len(runs) > 1 else None
     result = {"summary": {"scaling_2gpu": scaling if runs[-1]["engines"] == 2 else None,

@@ -34,8 +34,8 @@ import time
 from pathlib import Path
 
 from bench.metrics import emit_report
-from server.checkout import git_commit
-from server.launcher import ServerProcess
+from server.cli.checkout import git_commit
+from server.cli.launcher import ServerProcess
 from server.loadtest.cli import split_serve_args
 from server.loadtest.clients import run_load
 from server.loadtest.report import passed, rss_summary

@@ -226,7 +226,7 @@ class Client:
         return self.timings[rid]
 
     async def _read(self) -> None:
-        from server.protocol import split_audio_frame
+        from server.wire.messages import split_audio_frame
 
         async for frame in self.ws:
             now = time.perf_counter()

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from playwright.sync_api import Locator, Page, expect
 
-from server.launcher import ServerStartError
+from server.cli.launcher import ServerStartError
 from tests.support.serverproc import LaunchedServer
 
 REPO = Path(__file__).resolve().parent.parent

@@ -25,7 +25,7 @@ if [ ! -f "$stamp" ]; then
     .venv/bin/python -m pip install -q -e ".[dev]"
   fi
   if [ "${CHORUS_SETUP_WARM_IMPORTS:-1}" != 0 ]; then  # 0: the caller's own processes import it next
-    PYTHONDONTWRITEBYTECODE= .venv/bin/python -W ignore -c "import omnivoice.models.omnivoice, server.app, server.cli, server.run"
+    PYTHONDONTWRITEBYTECODE= .venv/bin/python -W ignore -c "import omnivoice.models.omnivoice, server.app, server.cli.main, server.cli.run"
   fi
   rm -f .venv/.chorus-installed-*
   touch "$stamp"

@@ -5,7 +5,7 @@ checks the Origin and the key (the WebSocket checks them itself, to answer with 
 
 The lifespan loads one engine per device (in threads: loading is slow and touches torch),
 starts their step threads, and stops them on shutdown, which ends every request still in
-flight with `cancelled`. Before that, `drain` (run by `server.run` on SIGTERM/SIGINT) lets
+flight with `cancelled`. Before that, `drain` (run by `server.cli.run` on SIGTERM/SIGINT) lets
 in-flight requests finish. Handlers get the service and config by dependency injection.
 """
 
@@ -34,18 +34,18 @@ from server.api.errors import (
 )
 from server.api.pages import template_config, web_route_handlers
 from server.api.schema_page import openapi_config
-from server.audio_io import AudioLimits
-from server.builtin_voices import model_key
+from server.audio.files import AudioLimits
 from server.config import ServerConfig
-from server.kept_voices import KeepPolicy
 from server.memtrim import trim_when_idle
 from server.metrics import Metrics
 from server.net.bodies import BodyBudget, BodyBudgetExceeded, body_budget_middleware
-from server.service import Engine, SynthesisService
 from server.text import normalize
 from server.text.prepare import TextLimits
 from server.timestamps.clock import Aligner
+from server.turns.service import Engine, SynthesisService
 from server.voices import open_voice_library
+from server.voices.builtin import model_key
+from server.voices.kept import KeepPolicy
 
 log = logging.getLogger("chorus.app")
 ENCODES_PER_ENGINE = 2  # --max-voice-encodes' default: each engine's voice encoder runs two workers

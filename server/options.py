@@ -1,6 +1,6 @@
 """The one table of per-request generation options: name, type, default, range, and why.
 
-Everything else is derived from `KNOBS`: the wire `Options` Struct (`server/protocol.py`), the
+Everything else is derived from `KNOBS`: the wire `Options` Struct (`server/wire/messages.py`), the
 engine's `GenerationOptions` and its re-check (`server/engine/planning/request.py`), the demo page's
 knobs (the page's boot JSON), the table in docs/protocol.md (`tests/integration/test_options_table.py`
 checks it). Standard library only: the engine (no web imports) and the web layer (no torch)

@@ -188,7 +188,7 @@ def shared_engine(tiny_checkpoint):
     import asyncio
 
     from server.app import load_engines
-    from server.cli import build_parser, config_from_args
+    from server.cli.main import build_parser, config_from_args
 
     cfg = config_from_args(build_parser().parse_args(["serve", "--model", str(tiny_checkpoint)]))
     engine = asyncio.run(load_engines(cfg))

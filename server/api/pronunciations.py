@@ -9,13 +9,13 @@ import asyncio
 import msgspec
 from litestar import Request, delete, get, post
 
-from server import protocol as p
 from server.api.errors import ApiError
-from server.builtin_voices import BUILTIN_NAMES
 from server.config import ServerConfig
-from server.service import SynthesisService
 from server.text.lexicon import Pronunciation, entry_problem, normal_say, normal_text
+from server.turns.service import SynthesisService
 from server.voices import LibraryFull, PronunciationTaken
+from server.voices.builtin import BUILTIN_NAMES
+from server.wire import messages as p
 
 
 class NewPronunciation(msgspec.Struct, forbid_unknown_fields=True):

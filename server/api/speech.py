@@ -2,7 +2,7 @@
 
 The official `openai` client works unchanged (every example of OpenAI's text-to-speech guide).
 `mp3` (the default, as OpenAI's), `opus` (Ogg), `aac` (ADTS), `wav` and `pcm` are streamed
-as the text's chunks finish (`server.encoders`); `flac` is written whole, cross-faded as the
+as the text's chunks finish (`server.audio.encoders`); `flac` is written whole, cross-faded as the
 reference joins chunks. `stream_format: "sse"` wraps the same bytes in OpenAI's
 `speech.audio.delta` events, then one `speech.audio.done`. Free-text `instructions` are
 mapped to OmniVoice's items; what is left out is named in `X-Chorus-Ignored-Instructions`.
@@ -27,12 +27,11 @@ import numpy as np
 from litestar import Request, Response, get, post
 from litestar.response import Stream
 
-from server import protocol as p
 from server.api.auth import owner_of
 from server.api.errors import ApiError, error_response
-from server.audio_io import encode_flac, encode_samples, wav_header
+from server.audio.encoders import MEDIA_TYPES, StreamEncoder, http_encoder
+from server.audio.files import encode_flac, encode_samples, wav_header
 from server.config import ServerConfig
-from server.encoders import MEDIA_TYPES, StreamEncoder, http_encoder
 from server.engine.types import (
     SHUTTING_DOWN,
     ChunkAudio,
@@ -40,13 +39,14 @@ from server.engine.types import (
     SynthesisRequest,
     VoicePrompt,
 )
-from server.instructions import header_value, map_instructions
-from server.kept_voices import KeepFailed
-from server.service import ServiceError, SynthesisService
-from server.speech_body import parse_speech_request
 from server.timestamps.clock import WordClock
 from server.timestamps.frames import WordsMsg
+from server.turns.service import ServiceError, SynthesisService
+from server.voices.instructions import header_value, map_instructions
+from server.voices.kept import KeepFailed
 from server.voices.store import Owner
+from server.wire import messages as p
+from server.wire.speech_body import parse_speech_request
 
 log = logging.getLogger("chorus.speech")
 T = TypeVar("T")

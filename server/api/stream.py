@@ -20,16 +20,16 @@ from dataclasses import dataclass
 
 from litestar import WebSocket, websocket
 
-from server import protocol as p
 from server.api.auth import HOST_REFUSED, host_allowed, is_authorized, origin_allowed, owner_of
 from server.api.outbox import Outbox
+from server.audio.encoders import StreamEncoder, default_rate, ws_encoder
 from server.config import ServerConfig
-from server.encoders import StreamEncoder, default_rate, ws_encoder
 from server.engine.types import Accepted, ChunkAudio, Finished, Progress, SynthesisRequest
-from server.kept_voices import KeepFailed, KeptVoice
-from server.service import ServiceError, SynthesisService
 from server.streaming.streams import ConnectionStreams
 from server.timestamps.clock import WordClock
+from server.turns.service import ServiceError, SynthesisService
+from server.voices.kept import KeepFailed, KeptVoice
+from server.wire import messages as p
 
 log = logging.getLogger("chorus.stream")
 _connection_ids = itertools.count(1)

@@ -10,11 +10,11 @@ from litestar.datastructures import UploadFile
 
 from server.api.auth import owner_of
 from server.api.errors import ApiError
-from server.audio_io import AudioError, decode_audio, decode_in_thread
-from server.builtin_voices import BUILTIN_NAMES
+from server.audio.files import AudioError, decode_audio, decode_in_thread
 from server.config import ServerConfig
-from server.service import SHUTTING_DOWN, ServiceError, SynthesisService
+from server.turns.service import SHUTTING_DOWN, ServiceError, SynthesisService
 from server.voices import VoiceInfo
+from server.voices.builtin import BUILTIN_NAMES
 from server.voices.store import name_problem
 
 MAX_NAME_CHARS = 100

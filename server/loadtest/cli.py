@@ -31,9 +31,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from server.checkout import git_commit
-from server.cli_values import integer, positive_float, positive_int, share
-from server.launcher import ServerProcess
+from server.cli.checkout import git_commit
+from server.cli.launcher import ServerProcess
+from server.cli.values import integer, positive_float, positive_int, share
 from server.loadtest.clients import run_load
 from server.loadtest.report import passed
 

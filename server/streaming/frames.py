@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from msgspec import Struct
 
-from server.protocol import AudioHeader, ProgressMsg
+from server.wire.messages import AudioHeader, ProgressMsg
 
 
 class StreamProgressMsg(ProgressMsg, tag="progress", tag_field="type"):

@@ -7,7 +7,7 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 
-from server.encoders import StreamEncoder
+from server.audio.encoders import StreamEncoder
 from server.engine.types import ChunkAudio
 from server.errors import ServiceError
 

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 
 from msgspec import Struct
 
-from server import protocol as p
-from server.encoders import default_rate, ws_encoder
+from server.audio.encoders import default_rate, ws_encoder
 from server.engine.types import ChunkAudio
 from server.streaming.frames import SegmentMsg, StreamAudioHeader
 from server.streaming.pieces import Segment
+from server.wire import messages as p
 
 
 @dataclass

@@ -17,7 +17,6 @@ from dataclasses import dataclass, replace
 
 from msgspec import Struct
 
-from server import protocol as p
 from server.config import StreamLimits
 from server.engine.types import (
     ChunkAudio,
@@ -27,16 +26,17 @@ from server.engine.types import (
     SynthesisRequest,
     VoicePrompt,
 )
-from server.kept_voices import KeepFailed, KeptVoice
 from server.options import BY_NAME
-from server.service import ServiceError, SynthesisService
 from server.streaming.frames import StreamProgressMsg
 from server.streaming.ordered import OrderedFrames
 from server.streaming.pieces import PendingSegment, Segment
 from server.streaming.playback import StreamPlayback
 from server.streaming.segmenter import Segmenter
 from server.timestamps.clock import segment_words
+from server.turns.service import ServiceError, SynthesisService
+from server.voices.kept import KeepFailed, KeptVoice
 from server.voices.store import Owner
+from server.wire import messages as p
 
 log = logging.getLogger("chorus.stream")
 ENDPOINT = "stream"

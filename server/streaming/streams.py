@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 
-from server import protocol as p
 from server.config import StreamLimits
-from server.service import SynthesisService
 from server.streaming.session import Outlet, StreamSession
+from server.turns.service import SynthesisService
 from server.voices.store import Owner
+from server.wire import messages as p
 
 RECENT_ENDS = 256  # ids of streams that ended lately: their late frames are dropped quietly
 

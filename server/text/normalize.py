@@ -27,7 +27,7 @@ from collections.abc import Callable
 from functools import lru_cache
 from types import ModuleType
 
-from server.reference_modules import reference_module
+from server.text.reference_modules import reference_module
 
 log = logging.getLogger("chorus.text")
 

@@ -19,7 +19,7 @@ import re
 from functools import lru_cache
 from itertools import accumulate
 
-from server.reference_modules import reference_module
+from server.text.reference_modules import reference_module
 from server.timestamps.frames import Span
 
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"

@@ -62,7 +62,7 @@ def test_graph_limit_is_the_engines_and_a_histogram_bucket():
     """The share beyond the largest CUDA graph reads a bucket of the tokens histogram: both
     must stay the engine's own limit (kept literal in the bench, which runs without torch)."""
     from bench.ws_bench import GRAPH_MAX_TOKENS
-    from server.cli import build_parser
+    from server.cli.main import build_parser
     from server.config import EngineSettings
     from server.engine.model.cuda_graphs import DEFAULT_GRAPH_MAX_TOKENS, GRAPH_TOKEN_BUCKETS
     from server.metrics import TOKEN_BUCKETS

@@ -12,12 +12,12 @@ import pytest
 import torch
 from litestar.testing import TestClient
 
-from server import protocol as p
 from server.app import create_app
 from server.config import EngineSettings, ServerConfig
 from server.engine.runtime.loop import EngineLoop
 from server.engine.runtime.pool import EnginePool
 from server.engine.scheduling.output import ScheduledBatch
+from server.wire import messages as p
 
 HOLD_LIMIT_S = 60.0  # a hold that never fills ends here, so a broken engine fails the test, not hangs it
 

@@ -15,12 +15,12 @@ import pytest
 import torch
 from litestar.testing import TestClient
 
-from server import protocol as p
 from server.app import create_app
 from server.config import EngineSettings, ServerConfig, StreamLimits
 from server.engine.runtime.loop import EngineLoop
 from server.engine.runtime.pool import EnginePool
 from server.engine.types import ChunkTokens, Finished
+from server.wire import messages as p
 
 SEGMENT_LIMIT = 2
 

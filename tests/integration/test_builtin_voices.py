@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from server.builtin_voices import DESIGNS, model_key, store_key
+from server.voices.builtin import DESIGNS, model_key, store_key
 from tests.support.serverproc import ChorusServer
 
 FAST = {"num_step": 4, "seed": 9}

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from server.cli import build_parser
+from server.cli.main import build_parser
 
 
 def chorus(*args: str, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
@@ -65,7 +65,7 @@ def test_bad_option_values_are_two_lines():
 
 
 def test_graph_limit_reaches_the_engine_settings():
-    from server.cli import config_from_args
+    from server.cli.main import config_from_args
 
     for given, want in ((["--graph-max-tokens", "0"], 0), (["--graph-max-tokens", "4096"], 4096), ([], 8192)):
         cfg = config_from_args(build_parser().parse_args(["serve", *given]))

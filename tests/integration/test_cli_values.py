@@ -10,7 +10,7 @@ import io
 
 import pytest
 
-from server.cli import build_parser
+from server.cli.main import build_parser
 from server.loadtest.cli import build_parser as loadtest_parser
 from tests.integration.test_cli_errors import chorus, short_failure
 

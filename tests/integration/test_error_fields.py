@@ -109,8 +109,8 @@ def test_the_page_boot_json_carries_the_options_table(chorus_server):
 
 
 def test_every_derived_definition_agrees_with_the_table():
-    from server import protocol as p
     from server.engine.types import GenerationOptions
+    from server.wire import messages as p
 
     assert tuple(p.Options.__struct_fields__) == table.NAMES
     assert {n: getattr(p.Options(), n) for n in table.NAMES} == table.DEFAULTS

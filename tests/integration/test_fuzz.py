@@ -22,9 +22,9 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from server import protocol as p
-from server.builtin_voices import BUILTIN_NAMES
-from server.speech_body import parse_speech_request
+from server.voices.builtin import BUILTIN_NAMES
+from server.wire import messages as p
+from server.wire.speech_body import parse_speech_request
 from tests.conftest import make_reference_clip
 from tests.support.chorus_client import Session, check_request
 from tests.support.serverproc import ChorusServer

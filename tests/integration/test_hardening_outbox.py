@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from server.protocol import split_audio_frame
+from server.wire.messages import split_audio_frame
 from tests.support.raw_ws import connect_ws, masked_text_frame, read_frame
 
 SAFETY_S = 120

@@ -14,7 +14,7 @@ import numpy as np
 import openai
 
 from server.engine.model.voice_codec import voice_from_bytes
-from server.kept_voices import voice_blob
+from server.voices.kept import voice_blob
 from server.voices.sqlite import VoiceStore
 from server.voices.store import Owner
 from tests.support.chorus_client import Outcome, Session, request_once

@@ -16,9 +16,9 @@ import soundfile as sf
 import websockets
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from server import audio_io
-from server.audio_io import AudioError, AudioLimits
-from server.cli import build_parser, config_from_args
+from server.audio import files as audio_io
+from server.audio.files import AudioError, AudioLimits
+from server.cli.main import build_parser, config_from_args
 from server.voices import LibraryFull, VoiceStore
 from tests.conftest import make_reference_clip
 from tests.support.chorus_client import Session, check_request

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from server.cli import main as cli_main
+from server.cli.main import main as cli_main
 from server.loadtest.clients import run_load
 from server.loadtest.report import passed, rss_summary
 

@@ -11,10 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from server import options as table, protocol as p
+from server import options as table
 from server.engine.planning.request import validate_options
 from server.engine.types import GenerationOptions, RequestRejected
-from server.speech_body import parse_speech_request
+from server.wire import messages as p
+from server.wire.speech_body import parse_speech_request
 from tests.support.chorus_client import Session
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"

@@ -117,7 +117,7 @@ def test_no_refusal_before_the_engine_is_measured_or_with_the_admission_off():
 def admitting_server(tiny_checkpoint, tmp_path_factory):
     """A real server on its own CPU engine, `--realtime-admission on` (auto is off on a CPU)."""
     from server.app import load_engines
-    from server.cli import build_parser, config_from_args
+    from server.cli.main import build_parser, config_from_args
 
     flags = ["serve", "--model", str(tiny_checkpoint)]
     assert not config_from_args(build_parser().parse_args(flags)).engine.realtime_admission

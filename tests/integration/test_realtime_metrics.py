@@ -15,12 +15,12 @@ import httpx
 import numpy as np
 import pytest
 
-from server import protocol as p
 from server.engine.types import ChunkAudio
 from server.metrics import Metrics
 from server.streaming import playback as playback_module
 from server.streaming.pieces import Segment
 from server.streaming.playback import PlaybackClock, StreamPlayback
+from server.wire import messages as p
 from tests.support.chorus_client import Session, metric_value
 
 RATE = 24000

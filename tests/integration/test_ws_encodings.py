@@ -10,7 +10,7 @@ import av
 import numpy as np
 import soxr
 
-from server.audio_io import to_pcm16
+from server.audio.files import to_pcm16
 from tests.support.chorus_client import Session
 from tests.support.g711_reference import linear_to_alaw, linear_to_mulaw
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import websockets
 
-from server.protocol import split_audio_frame
+from server.wire.messages import split_audio_frame
 
 END_TYPES = ("done", "cancelled", "error")
 DTYPES = {"pcm_s16le": np.dtype("<i2"), "f32le": np.dtype("<f4")}

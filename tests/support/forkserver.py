@@ -220,7 +220,7 @@ def run(name: str, module: str, args: list[str]) -> int:
 
 
 class ForkedLaunch:
-    """For subclasses of `server.launcher.ServerProcess`: the child comes from the fork server
+    """For subclasses of `server.cli.launcher.ServerProcess`: the child comes from the fork server
     (`cmd` is `[python, "-m" or "-c", ..., *args]`)."""
 
     def _popen(self, cmd: list[str], env: dict[str, str]):

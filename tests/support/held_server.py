@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import sys
 
-from server.cli import build_parser, config_from_args
-from server.logs import configure
-from server.run import serve
+from server.cli.logs import configure
+from server.cli.main import build_parser, config_from_args
+from server.cli.run import serve
 from tests.support.hold_gate import HOLD, HoldGate
 
 

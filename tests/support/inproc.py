@@ -1,8 +1,8 @@
 """A real Chorus server inside the test process, for the tests that need no process of
 their own: `create_app` on the suite's one shared, already-running engine (the tiny
 checkpoint, `chorus serve`'s defaults), served by uvicorn with `chorus serve`'s settings
-(`server.run.http_server`) on a loopback socket, in a thread. Its flags go through the
-real command line (`server.cli`). Clients talk to it exactly as to a process (websockets,
+(`server.cli.run.http_server`) on a loopback socket, in a thread. Its flags go through the
+real command line (`server.cli.main`). Clients talk to it exactly as to a process (websockets,
 httpx, openai); what is saved is the process boot (imports, model load: ~6 s each).
 
 Processes (`tests.support.serverproc`) stay where a process is the point: signals and the drain,
@@ -18,7 +18,7 @@ import threading
 import time
 from pathlib import Path
 
-from server.logs import KeyValueFormatter
+from server.cli.logs import KeyValueFormatter
 from tests.support.waiting import poll_until
 
 START_TIMEOUT_S = 60.0
@@ -26,8 +26,8 @@ START_TIMEOUT_S = 60.0
 
 class InProcessServer:
     def __init__(self, engine, model: Path, workdir: Path, *flags: str):
-        from server.cli import build_parser, config_from_args
-        from server.run import resolve_model
+        from server.cli.main import build_parser, config_from_args
+        from server.cli.run import resolve_model
 
         self.engine = engine
         self.workdir = Path(workdir)
@@ -50,7 +50,7 @@ class InProcessServer:
 
     def start(self) -> InProcessServer:
         from server.app import create_app
-        from server.run import bind_socket, http_server
+        from server.cli.run import bind_socket, http_server
 
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._capture_log()

@@ -1,5 +1,5 @@
 """A real `chorus serve` subprocess on 127.0.0.1 for the tests that need a process of their
-own (signals, restarts, replicas): `server.launcher.ServerProcess` on a checkpoint, with a
+own (signals, restarts, replicas): `server.cli.launcher.ServerProcess` on a checkpoint, with a
 voices folder and a log file under `workdir` for assertions and for reading when a test
 fails. Tests that need no process use `tests.support.inproc` instead."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from server.launcher import ServerProcess
+from server.cli.launcher import ServerProcess
 from tests.support.forkserver import ForkedLaunch
 from tests.support.waiting import poll_until
 
@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 class LaunchedServer(ForkedLaunch, ServerProcess):
-    """`server.launcher.ServerProcess` with its child forked by `tests.support.forkserver`: the
+    """`server.cli.launcher.ServerProcess` with its child forked by `tests.support.forkserver`: the
     base of the tests' server launchers, and what a test puts in place of the launcher a tool
     uses (`chorus loadtest`)."""
 

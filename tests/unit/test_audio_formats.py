@@ -13,8 +13,8 @@ import pytest
 import soundfile as sf
 import soxr
 
-from server import encoders
-from server.audio_io import to_pcm16
+from server.audio import encoders
+from server.audio.files import to_pcm16
 from tests.support.g711_reference import linear_to_alaw, linear_to_mulaw
 
 RATE = 24000

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from server import audio_io
+from server.audio import files as audio_io
 from tests.conftest import make_reference_clip
 
 

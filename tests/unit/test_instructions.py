@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from server.engine.upstream_names import resolve_instruct
-from server.instructions import header_value, map_instructions
+from server.voices.instructions import header_value, map_instructions
 
 
 @pytest.mark.parametrize("text,used,ignored", [

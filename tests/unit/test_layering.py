@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 
 SERVER = Path(__file__).resolve().parents[2] / "server"
-WEB_MODULES = ["server.app", "server.protocol", "server.service", "server.voices", "server.voices.sqlite",
-               "server.voices.postgres", "server.audio_io", "server.metrics", "server.api.stream",
-               "server.api.speech", "server.api.voices", "server.api.ops", "server.encoders",
-               "server.instructions", "server.builtin_voices", "server.speech_body", "server.kept_voices",
+WEB_MODULES = ["server.app", "server.wire.messages", "server.turns.service", "server.voices", "server.voices.sqlite",
+               "server.voices.postgres", "server.audio.files", "server.metrics", "server.api.stream",
+               "server.api.speech", "server.api.voices", "server.api.ops", "server.audio.encoders",
+               "server.voices.instructions", "server.voices.builtin", "server.wire.speech_body", "server.voices.kept",
                "server.text.normalize", "server.text.normalize_workers", "server.text.prepare",
                "server.api.schema_page", "server.text.lexicon",
                "server.api.pronunciations", "server.timestamps.clock", "server.timestamps.model_words"]

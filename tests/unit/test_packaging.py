@@ -73,7 +73,8 @@ def test_a_web_folder_in_the_working_directory_changes_nothing(installed, tmp_pa
 
 
 def test_bench_needs_a_checkout_and_says_so(installed, tmp_path):
-    result = run_installed(installed, tmp_path, "import sys; from server.cli import main; sys.exit(main(['bench']))")
+    result = run_installed(installed, tmp_path,
+                           "import sys; from server.cli.main import main; sys.exit(main(['bench']))")
     assert result.returncode == 2 and "source checkout" in result.stderr, result.stderr
-    result = run_installed(installed, tmp_path, "from server.cli import main; main(['loadtest', '--help'])")
+    result = run_installed(installed, tmp_path, "from server.cli.main import main; main(['loadtest', '--help'])")
     assert "--clients" in result.stdout, result.stderr

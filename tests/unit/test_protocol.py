@@ -7,8 +7,8 @@ import json
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from server import protocol as p
-from server.speech_body import parse_speech_request
+from server.wire import messages as p
+from server.wire.speech_body import parse_speech_request
 
 
 def synth(**fields) -> str:

@@ -8,13 +8,13 @@ import json
 import pytest
 from litestar.testing import TestClient
 
-from server import protocol as p
 from server.app import create_app
 from server.config import ServerConfig
 from server.engine.types import ChunkAudio, Finished, Progress, SynthesisRequest
 from server.metrics import Metrics
-from server.service import ServiceError, SynthesisService
+from server.turns.service import ServiceError, SynthesisService
 from server.voices import VoiceStore
+from server.wire import messages as p
 from tests.support.fake_engine import FakeEngine
 
 

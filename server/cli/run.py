@@ -21,7 +21,8 @@ from collections.abc import Callable
 import uvicorn
 
 from server.app import create_app, drain, load_engines
-from server.boot_checks import (
+from server.checkpoint import ensure_demo_checkpoint, is_random_checkpoint
+from server.cli.boot_checks import (
     StartupError,
     bind_error,
     check_aligner,
@@ -29,14 +30,13 @@ from server.boot_checks import (
     check_model,
     check_voices_dir,
 )
-from server.checkpoint import ensure_demo_checkpoint, is_random_checkpoint
 from server.config import ServerConfig
 from server.engine.upstream import check_upstream
 from server.net.accept_log import AcceptErrorLog
 from server.net.http import guarded_http_protocol
 from server.net.limits import NetLimits, connection_cap, fd_soft_limit
 from server.net.websocket import guarded_ws_protocol
-from server.service import Engine
+from server.turns.service import Engine
 
 log = logging.getLogger("chorus")
 WrapEngine = Callable[[Engine], Engine]

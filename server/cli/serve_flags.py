@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from server import envs
-from server.cli_values import VALUE_TYPES, port
+from server.cli.values import VALUE_TYPES, port
 from server.config import ServerConfig, parse_hosts, parse_origins
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from server import envs
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]  # server/cli/checkout.py -> the repository
 
 
 def checkout_root() -> Path | None:

@@ -78,7 +78,7 @@ def size(text: str) -> int:
     return value
 
 
-# The value types by name, for a table that names them (server/serve_flags.toml).
+# The value types by name, for a table that names them (server/cli/serve_flags.toml).
 VALUE_TYPES: dict[str, Callable[[str], int | float]] = {
     "port": port, "integer": integer, "positive_int": positive_int, "non_negative_int": non_negative_int,
     "positive_float": positive_float, "non_negative_float": non_negative_float, "share": share, "size": size,

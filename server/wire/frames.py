@@ -1,6 +1,6 @@
 """The server's frames of the Chorus protocol (docs/protocol.md, version 1): what it sends.
 
-`server.protocol` (the client's messages and their parsing) re-exports every name here, so
+`server.wire.messages` (the client's messages and their parsing) re-exports every name here, so
 callers keep one import for the whole wire.
 """
 

@@ -18,8 +18,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from server.audio_io import AudioError, AudioLimits, DecodedAudio, decode_base64_audio, decode_in_thread
-from server.builtin_voices import BUILTIN_NAMES, BuiltinVoices
+from server.audio.files import AudioError, AudioLimits, DecodedAudio, decode_base64_audio, decode_in_thread
 from server.engine.types import (
     SHUTTING_DOWN,
     Accepted,
@@ -33,13 +32,14 @@ from server.engine.types import (
     VoicePrompt,
 )
 from server.errors import ServiceError
-from server.kept_voices import KeepPolicy, KeptVoice
 from server.metrics import Metrics
-from server.reference_budget import ReferenceBudget
 from server.text.prepare import TextLimits, TextPreparer
 from server.timestamps.clock import Aligner
 from server.voices import LibraryFull, NameTaken, VoiceInfo, VoiceLibrary
+from server.voices.builtin import BUILTIN_NAMES, BuiltinVoices
 from server.voices.cache import VoiceCache
+from server.voices.kept import KeepPolicy, KeptVoice
+from server.voices.reference_budget import ReferenceBudget
 from server.voices.store import Owner, same_name
 
 log = logging.getLogger("chorus.service")

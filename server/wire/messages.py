@@ -3,8 +3,8 @@
 msgspec Structs give the shapes and ranges; `parse_client_message` turns any client text
 frame into a typed message or a `ProtocolError` whose message names the offending field
 (`options.num_step: must be 1..64`), so a bad frame is always answered, never fatal.
-The OpenAI-compatible speech body, the same request in OpenAI's spelling, is `server.speech_body`;
-the server's frames are `server.protocol_frames` (re-exported here).
+The OpenAI-compatible speech body, the same request in OpenAI's spelling, is `server.wire.speech_body`;
+the server's frames are `server.wire.frames` (re-exported here).
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from msgspec import Meta, Struct, field
 
 from server import options as table
 from server.engine.types import GenerationOptions
-from server.protocol_frames import (  # noqa: F401 - the server's frames, re-exported: one import for the wire
+from server.visible_text import has_visible_text
+from server.wire.frames import (  # noqa: F401 - the server's frames, re-exported: one import for the wire
     ENCODINGS,
     MAX_NUM_STEP,
     PROTOCOL_VERSION,
@@ -37,8 +38,7 @@ from server.protocol_frames import (  # noqa: F401 - the server's frames, re-exp
     encode,
     split_audio_frame,
 )
-from server.visible_text import has_visible_text
-from server.wire_sizes import MAX_INSTRUCT_CHARS, MAX_LANGUAGE_CHARS, MAX_VOICE_CHARS, SIZE_RULES
+from server.wire.sizes import MAX_INSTRUCT_CHARS, MAX_LANGUAGE_CHARS, MAX_VOICE_CHARS, SIZE_RULES
 
 OPUS_SAMPLE_RATES = (8000, 16000, 24000, 48000)  # the rates libopus takes
 ERROR_CODES = (

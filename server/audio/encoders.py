@@ -27,7 +27,7 @@ with warnings.catch_warnings():  # the standard library's copy warns that it lea
     warnings.simplefilter("ignore", DeprecationWarning)
     import audioop
 
-from server.audio_io import encode_samples, to_pcm16, wav_header
+from server.audio.files import encode_samples, to_pcm16, wav_header
 
 TELEPHONY_RATE = 8000
 _BIT_RATES = {"mp3": 64000, "aac": 64000, "opus": 32000}

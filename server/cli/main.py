@@ -15,13 +15,13 @@ import warnings
 from importlib.metadata import PackageNotFoundError, version
 
 from server import envs
-from server.boot_checks import StartupError
-from server.checkout import checkout_root
 from server.checkpoint import make_checkpoint
-from server.cli_values import integer
+from server.cli.boot_checks import StartupError
+from server.cli.checkout import checkout_root
+from server.cli.logs import configure
+from server.cli.serve_flags import add_serve_arguments, config_from_args
+from server.cli.values import integer
 from server.loadtest.cli import main as loadtest_main
-from server.logs import configure
-from server.serve_flags import add_serve_arguments, config_from_args
 
 __all__ = ["build_parser", "config_from_args", "main"]
 
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     """`chorus serve`; a failed start is one line (and its traceback with --log-level debug)."""
-    from server.run import serve  # lazy: `chorus --help` and the other commands load no web server
+    from server.cli.run import serve  # lazy: `chorus --help` and the other commands load no web server
 
     try:
         return serve(config_from_args(args))

@@ -1,7 +1,7 @@
 """The body of `POST /v1/audio/speech`: OpenAI's fields plus OmniVoice's knobs at top level.
 
 The same request as the WebSocket's `synthesize`, in OpenAI's spelling; parsed with the
-wire's own rules (`server.protocol`), so errors read alike and name their field.
+wire's own rules (`server.wire.messages`), so errors read alike and name their field.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import msgspec
 from msgspec import Meta, Struct
 
 from server import options as table
-from server.protocol import Options, ProtocolError, check_options, decode_json, describe_validation_error
 from server.visible_text import has_visible_text
-from server.wire_sizes import MAX_LANGUAGE_CHARS, MAX_VOICE_CHARS
+from server.wire.messages import Options, ProtocolError, check_options, decode_json, describe_validation_error
+from server.wire.sizes import MAX_LANGUAGE_CHARS, MAX_VOICE_CHARS
 
 SpeechFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
 

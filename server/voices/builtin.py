@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from server.audio_io import DecodedAudio
+from server.audio.files import DecodedAudio
 from server.engine.types import ChunkAudio, Finished, GenerationOptions, SynthesisRequest, VoicePrompt
 from server.errors import ServiceError
 from server.voices import VoiceInfo
@@ -80,7 +80,7 @@ def builtin_info(name: str, seconds: float = SECONDS) -> VoiceInfo:
 
 
 class Speaker(Protocol):
-    """What the built-in voices need of the service (`server.service.SynthesisService`)."""
+    """What the built-in voices need of the service (`server.turns.service.SynthesisService`)."""
 
     model_name: str
     engines: list
