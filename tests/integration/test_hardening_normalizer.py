@@ -105,7 +105,7 @@ def test_a_worker_stays_small(server):
 
 def test_a_dead_worker_fails_only_the_request_it_served(server):
     assert _speak(server, "Warm up 3.").status_code == 200
-    text = "On 3/4/2020 I paid $12.50 for 3 apples at 10:30am, said Dr. Smith. " * 12
+    text = "On 3/4/2020 I paid $12.50 for 3 apples at 10:30am, said Dr. Smith. " * 40
 
     async def four() -> list[dict]:
         sessions = [await Session.open(server.ws_url) for _ in range(2)]
