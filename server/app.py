@@ -23,7 +23,7 @@ from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.exceptions import HTTPException, NotFoundException
 
-from server.api import ops, pronunciations, speech, stream, voices
+from server.api import models, ops, pronunciations, speech, stream, voices
 from server.api.auth import require_api_key, require_known_host, unknown_route_handler
 from server.api.errors import (
     ApiError,
@@ -78,11 +78,6 @@ async def load_engines(cfg: ServerConfig) -> Engine:
     return pool
 
 
-def _engine_count(engine: Engine) -> int:
-    """Engines behind `engine`: a pool lists them; a lone engine (tests pass one) is one."""
-    return len(getattr(engine, "engines", (engine,)))
-
-
 def create_app(cfg: ServerConfig, engine: Engine | None = None, owns_engine: bool = False) -> Litestar:
     """The app; `engine` (already started) replaces loading the model named by `cfg`, and is
     stopped with the app when `owns_engine` (`chorus serve` loads it first, to report a model
@@ -98,7 +93,7 @@ def create_app(cfg: ServerConfig, engine: Engine | None = None, owns_engine: boo
             running, store, Metrics(), max_queue=cfg.max_queue, asr_available=bool(cfg.asr_model),
             audio_limits=AudioLimits(max_bytes=cfg.max_reference_bytes, max_seconds=cfg.max_reference_seconds),
             max_references_bytes=cfg.max_references_bytes,
-            max_voice_encodes=cfg.max_voice_encodes or ENCODES_PER_ENGINE * _engine_count(running),
+            max_voice_encodes=cfg.max_voice_encodes or ENCODES_PER_ENGINE * len(running.engines),
             keep=KeepPolicy(cfg.kept_voice_ttl, cfg.max_kept_voices, cfg.max_kept_voices_per_owner), aligner=aligner,
             normalize_workers=cfg.normalize_workers, voice_cache_seconds=cfg.voice_cache_seconds,
             text_limits=TextLimits(max_spoken_chars=cfg.spoken_chars, normalize_seconds=cfg.normalize_seconds),
@@ -141,7 +136,7 @@ def create_app(cfg: ServerConfig, engine: Engine | None = None, owns_engine: boo
             ops.healthz, ops.readyz, ops.metrics,
             Router("/v1", guards=[require_api_key], route_handlers=[
                 stream.stream,
-                speech.speech, speech.list_models, speech.retrieve_model,
+                speech.speech, models.list_models, models.retrieve_model,
                 voices.create_voice, voices.list_voices, voices.get_voice, voices.delete_voice,
                 pronunciations.list_pronunciations, pronunciations.add_pronunciation,
                 pronunciations.delete_pronunciation,

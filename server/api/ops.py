@@ -19,7 +19,7 @@ async def readyz(state: State) -> Response:
     """The model is loaded and every engine thread is stepping."""
     service = state.get("service")
     engines = service.engines if service is not None else []
-    ready = bool(state.get("ready")) and bool(engines) and all(getattr(e, "ready", False) for e in engines)
+    ready = bool(state.get("ready")) and bool(engines) and all(e.ready for e in engines)
     return Response({"ready": ready, "engines": len(engines)}, status_code=200 if ready else 503)
 
 

@@ -69,7 +69,7 @@ def page_context(config: Any, sample_rate: int | None = None) -> dict[str, Any]:
         "page_defaults": dict(PAGE_DEFAULTS),
         "api_key_required": bool(config.api_keys),
         "api_key": config.page_api_key or None,
-        "asr": bool(getattr(config, "asr_model", None)),  # a clip may come without its transcript
+        "asr": bool(config.asr_model),  # a clip may come without its transcript
     }
     return {
         "model_name": model_name,
@@ -89,7 +89,7 @@ def web_route_handlers(config: Any) -> list:
     @get("/", media_type=MediaType.HTML, include_in_schema=False, name="web:index")
     async def index(request: Request) -> Template:
         service = request.app.state.get("service")  # absent when the page is served alone
-        sample_rate = getattr(service, "sample_rate", None)
+        sample_rate = service.sample_rate if service is not None else None
         return Template(template_name="index.html", context=page_context(config, sample_rate))
 
     static = create_static_files_router(

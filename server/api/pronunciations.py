@@ -31,7 +31,7 @@ class PronunciationList(msgspec.Struct):
 @get("/pronunciations")
 async def list_pronunciations(service: SynthesisService) -> PronunciationList:
     """Every entry, oldest first."""
-    return PronunciationList(await asyncio.to_thread(service.voices.list_pronunciations))
+    return PronunciationList(await asyncio.to_thread(service.library.list_pronunciations))
 
 
 @post("/pronunciations", status_code=201)
@@ -51,11 +51,11 @@ async def add_pronunciation(request: Request, service: SynthesisService, config:
     voice = new.voice
     if voice is not None and voice.strip().lower() in BUILTIN_NAMES:
         voice = voice.strip().lower()  # as requests name it: `ALLOY` is `alloy`
-    elif voice is not None and await asyncio.to_thread(service.voices.get, voice) is None:
+    elif voice is not None and await asyncio.to_thread(service.library.get, voice) is None:
         raise ApiError("voice_not_found", f"voice: no voice {voice!r} (give a voice's id, or null for every "
                        "voice)", field="voice")
     try:
-        entry = await asyncio.to_thread(service.voices.add_pronunciation, text, say, voice, config.max_pronunciations)
+        entry = await asyncio.to_thread(service.library.add_pronunciation, text, say, voice, config.max_pronunciations)
     except PronunciationTaken as exc:
         raise ApiError("name_taken", str(exc), field="text") from None
     except LibraryFull as exc:
@@ -67,6 +67,6 @@ async def add_pronunciation(request: Request, service: SynthesisService, config:
 @delete("/pronunciations/{entry_id:str}", status_code=204)
 async def delete_pronunciation(entry_id: str, service: SynthesisService) -> None:
     """Delete an entry."""
-    if not await asyncio.to_thread(service.voices.delete_pronunciation, entry_id):
+    if not await asyncio.to_thread(service.library.delete_pronunciation, entry_id):
         raise ApiError("invalid_request", f"no pronunciation {entry_id!r}", status=404)
     service.text.changed()

@@ -1,7 +1,7 @@
 """`GET /v1/stream`: the WebSocket protocol (docs/protocol.md), one `Connection` per socket.
 
-A connection runs two loops: the reader parses frames and starts requests (each in its
-own task, since resolving a voice may wait on an encode), and the writer sends frames
+A connection runs two loops: the reader parses frames and starts each request as a turn
+(`server.turns.turn`, relayed to frames by a task of its own), and the writer sends frames
 from one outbox, so replies and engine events never interleave mid-frame and `accepted`
 always precedes a request's first event. A bad frame is answered with an `error` and
 nothing else changes; a disconnect cancels the connection's requests. A connection with
@@ -22,13 +22,13 @@ from litestar import WebSocket, websocket
 
 from server.api.auth import HOST_REFUSED, host_allowed, is_authorized, origin_allowed, owner_of
 from server.api.outbox import Outbox
-from server.audio.encoders import StreamEncoder, default_rate, ws_encoder
+from server.audio.encoders import StreamEncoder, default_rate, encode, ws_encoder
 from server.config import ServerConfig
-from server.engine.types import Accepted, ChunkAudio, Finished, Progress, SynthesisRequest
 from server.streaming.streams import ConnectionStreams
-from server.timestamps.clock import WordClock
-from server.turns.service import ServiceError, SynthesisService
-from server.voices.kept import KeepFailed, KeptVoice
+from server.turns.events import TurnAccepted, TurnAudio, TurnEnd, TurnProgress, TurnWords
+from server.turns.request import ReferenceClip, TurnRequest
+from server.turns.service import SynthesisService
+from server.turns.turn import Turn
 from server.wire import messages as p
 
 log = logging.getLogger("chorus.stream")
@@ -41,23 +41,15 @@ _ENDS = (p.Done, p.Cancelled, p.ErrorMsg)
 
 @dataclass
 class _Request:
-    """A client request on this connection, from its frame to its last reply."""
+    """A client request on this connection: its turn, and how its audio goes out."""
 
     client_id: str
-    request_id: str  # engine-wide: connection prefix + client id
+    turn: Turn
     encoding: str
-    progress: bool
-    accepted: Accepted | None = None
-    cancel_requested: bool = False
+    out_rate: int  # the rate the client receives (asked for, or the encoding's default)
     audio_frames: int = 0
-    task: asyncio.Task | None = None
-    received_at: float | None = None  # perf_counter when its frame arrived: the engine's clock starts there
-    sample_rate: int | None = None  # asked for; None: the encoding's default
-    encoder: StreamEncoder | None = None  # made at the first audio (the engine's rate is known then)
-    kept: KeptVoice | None = None  # `keep_voice`: its ticket
-    words: WordClock | None = None  # `timestamps`: each chunk's words on the audio's clock
-    whole: bool = False  # `stream: "whole"`: one audio frame, one words frame
-    words_sent: asyncio.Task | None = None  # the aligned words frames, sent in chunk order
+    relay: asyncio.Task | None = None
+    encoder: StreamEncoder | None = None  # made at the first audio
 
 
 class Connection:
@@ -205,111 +197,65 @@ class Connection:
         elif isinstance(msg, p.StreamOpen):
             self.streams.start(msg)
         else:  # (its text's length was checked as the frame was read)
-            req = _Request(msg.id, f"{self.prefix}/{msg.id}", msg.encoding, msg.progress, received_at=self.frame_at,
-                           sample_rate=msg.sample_rate)
-            self.requests[msg.id] = req
-            req.task = asyncio.create_task(self._start(req, msg))
+            self._start(msg)
 
-    async def _start(self, req: _Request, msg: p.Synthesize) -> None:
-        """Resolve the voice, prepare the text, submit. A `cancel` (or a disconnect) meanwhile
-        cancels this task: whatever it waits on stops with it (`server.bounds`)."""
-        try:
-            ref = msg.reference
-            voice = await self.service.resolve_voice(msg.voice, ref.audio if ref else None, ref.text if ref else None,
-                                                     self.owner)
-            text = await self.service.text.prepare(msg.text, msg.language, msg.options.normalize_text, msg.voice)
-            if req.cancel_requested or not self.open:
-                self._end(req, p.Cancelled(req.client_id))
-                return
-            request = SynthesisRequest(
-                request_id=req.request_id, text=text, language=msg.language, instruct=msg.instruct,
-                voice=voice, stream=msg.stream_mode, received_at=req.received_at,
-                options=p.generation_options(msg.options), progress=req.progress,
-            )
-            req.kept = self.service.keeper(self.owner) if msg.keep_voice else None
-            req.words = WordClock(req.client_id, msg.timestamps) if msg.timestamps else None
-            req.whole = msg.stream_mode == "whole"
-            hooks = [hook.on_tokens for hook in (req.kept, req.words) if hook is not None]
-            req.accepted = self.service.submit(request, lambda event: self._deliver(req, event), ENDPOINT,
-                                               (lambda event: [hook(event) for hook in hooks]) if hooks else None)
-        except ServiceError as exc:
-            self._end(req, p.ErrorMsg(req.client_id, exc.code, exc.message, exc.field, exc.retry_after_ms))
-            return
-        except asyncio.CancelledError:  # `cancel` or a disconnect before the engine had it
-            self._end(req, p.Cancelled(req.client_id))
-            return
-        except Exception:  # a bug here fails this request only
-            log.exception("starting a request failed", extra={"request_id": req.request_id})
-            self._end(req, p.ErrorMsg(req.client_id, "internal", "the server failed to start this request"))
-            return
-        self._send(p.AcceptedMsg(req.client_id, req.accepted.chunks, list(req.accepted.target_seconds)))
+    def _start(self, msg: p.Synthesize) -> None:
+        """The request as a turn (`server.turns.turn`: every rule about a request is there); its
+        events relayed as frames, in order, by a task of its own."""
+        out_rate = msg.sample_rate or default_rate(msg.encoding, self.service.sample_rate)
+        ref = msg.reference
+        turn = Turn(self.service, TurnRequest(
+            request_id=f"{self.prefix}/{msg.id}", client_id=msg.id, endpoint=ENDPOINT, text=msg.text, owner=self.owner,
+            voice=msg.voice, reference=ReferenceClip(ref.audio, ref.text) if ref else None, instruct=msg.instruct,
+            language=msg.language, options=p.generation_options(msg.options), normalize=msg.options.normalize_text,
+            stream=msg.stream_mode, keep_voice=msg.keep_voice, timestamps=msg.timestamps, progress=msg.progress,
+            received_at=self.frame_at, out_rate=out_rate))
+        req = _Request(msg.id, turn, msg.encoding, out_rate)
+        self.requests[msg.id] = req
+        turn.start()
+        req.relay = asyncio.create_task(self._relay(req))
 
     def _cancel(self, req: _Request) -> None:
-        req.cancel_requested = True
-        if req.accepted is not None:
-            self.service.cancel(req.request_id)
-        elif req.task is not None and not req.task.done():
-            req.task.cancel()  # still resolving its voice or preparing its text: stop that now
+        req.turn.cancel()
 
     # ---- frames out ---------------------------------------------------------------------
 
-    def _deliver(self, req: _Request, event: Progress | ChunkAudio | Finished) -> None:
-        """The service's ordered events for `req` -> frames (on the event loop)."""
-        if isinstance(event, Progress):  # the engine sends them only when the request asked (`progress`)
-            self._send(p.ProgressMsg(req.client_id, event.chunk, event.step, event.num_steps, event.fraction))
-        elif isinstance(event, ChunkAudio):
-            if req.encoder is None:
-                rate = req.sample_rate or default_rate(req.encoding, event.sample_rate)
-                req.encoder = ws_encoder(req.encoding, event.sample_rate, rate)
-            out = req.encoder.push(event.audio, last=event.final)
-            header = p.AudioHeader(req.client_id, event.chunk, event.final, req.encoder.out_rate, req.encoding,
-                                   out.samples, packets=out.packets)
-            req.audio_frames += 1
-            self._send_bytes(p.audio_frame(header, out.data), out.samples / req.encoder.out_rate)
-            if req.words is not None:  # after the chunk's audio: its words, on the same clock
-                text = req.words.whole_text() if req.whole else req.words.texts.get(event.chunk, "")
-                if self.service.aligner is None:
-                    self._send(req.words.frame(text, event.audio.shape[-1], event.sample_rate, req.encoder.out_rate))
-                else:  # off the step loop and off this one: the next chunk's audio does not wait
-                    aligned = req.words.aligned_frame(self.service.aligner, text, event.audio, event.sample_rate,
-                                                      req.encoder.out_rate)
-                    req.words_sent = asyncio.create_task(self._send_in_turn(req, req.words_sent, aligned))
-        elif event.outcome == "done":
-            timings = p.Timings(event.queue_ms, event.first_audio_ms, event.total_ms)
-            done = p.Done(req.client_id, req.audio_frames, event.audio_seconds, timings)
-            if req.kept is None and req.words_sent is None:
-                self._end(req, done)
-            else:  # after the words still being aligned; with the kept voice's id
-                req.task = asyncio.create_task(self._end_keeping(req, done))
-        elif event.outcome == "cancelled":
-            # not asked for by the client: the server is stopping (or gave up on the connection)
-            self._end(req, p.Cancelled(req.client_id, reason=None if req.cancel_requested else STOPPING))
-        else:
-            self._end(req, p.ErrorMsg(req.client_id, "internal", event.message or "the engine failed on this request"))
-
-    async def _send_in_turn(self, req: _Request, previous: asyncio.Task | None, frame) -> None:
-        if previous is not None:
-            await previous
-        words = await frame
-        if self.requests.get(req.client_id) is req:  # not after the request's end
-            self._send(words)
-
-    async def _end_keeping(self, req: _Request, done: p.Done) -> None:
-        if req.words_sent is not None:
-            await req.words_sent
-        if req.kept is None:
-            self._end(req, done)
-            return
+    async def _relay(self, req: _Request) -> None:
+        """The turn's events as frames: `accepted`, progress, audio (encoded off the loop), words,
+        and its one end."""
         try:
-            done.voice_id = await req.kept.voice_id()
-        except KeepFailed as exc:
-            self._end(req, p.ErrorMsg(req.client_id, "internal", str(exc), "keep_voice"))
-            return
-        self._end(req, done)
+            async for event in req.turn.events():
+                if isinstance(event, TurnAccepted):
+                    self._send(p.AcceptedMsg(req.client_id, event.chunks, list(event.target_seconds)))
+                elif isinstance(event, TurnProgress):
+                    self._send(p.ProgressMsg(req.client_id, event.chunk, event.step, event.num_steps, event.fraction))
+                elif isinstance(event, TurnAudio):
+                    await self._send_audio(req, event)
+                elif isinstance(event, TurnWords):
+                    self._send(event.frame)
+                else:
+                    self._end(req, _end_frame(req, event))
+        except Exception:  # a bug in relaying fails this request only
+            log.exception("relaying a request failed", extra={"request_id": req.turn.request.request_id})
+            req.turn.cancel()
+            self._end(req, p.ErrorMsg(req.client_id, "internal", "the server failed on this request"))
+        finally:
+            if req.encoder is not None:
+                req.encoder.close()
+
+    async def _send_audio(self, req: _Request, event: TurnAudio) -> None:
+        if req.encoder is None:
+            req.encoder = ws_encoder(req.encoding, event.sample_rate, req.out_rate)
+        out = await encode(req.encoder, event.audio, event.final)
+        header = p.AudioHeader(req.client_id, event.chunk, event.final, req.encoder.out_rate, req.encoding,
+                               out.samples, packets=out.packets)
+        req.audio_frames += 1
+        self._send_bytes(p.audio_frame(header, out.data), out.samples / req.encoder.out_rate)
 
     def _end(self, req: _Request, message: p.ServerMessage) -> None:
-        if self.requests.get(req.client_id) is req:
-            del self.requests[req.client_id]
+        if self.requests.get(req.client_id) is not req:
+            return  # ended already
+        del self.requests[req.client_id]
         self.last_activity = time.monotonic()
         self._send(message)
 
@@ -328,6 +274,16 @@ class Connection:
     def _send_bytes(self, frame: bytes, audio_seconds: float) -> None:
         if self.open:
             self.outbox.put(frame, audio_seconds)
+
+
+def _end_frame(req: _Request, end: TurnEnd) -> p.ServerMessage:
+    if end.outcome == "done":
+        timings = p.Timings(end.queue_ms, end.first_audio_ms, end.total_ms)
+        return p.Done(req.client_id, req.audio_frames, end.audio_seconds, timings, voice_id=end.voice_id)
+    if end.outcome == "cancelled":  # not asked for by the client: the server is stopping
+        return p.Cancelled(req.client_id, reason=None if end.requested else STOPPING)
+    return p.ErrorMsg(req.client_id, end.code or "internal", end.message or "the request failed", end.field,
+                      end.retry_after_ms)
 
 
 @websocket("/stream")

@@ -55,13 +55,13 @@ async def create_voice(request: Request, service: SynthesisService, config: Serv
         raise ApiError("name_taken", f"name: {name.strip()!r} is the name of a built-in voice; choose another "
                        "name", field="name")
     data = await upload.read()
-    limits = service.audio_limits
+    limits = service.voices.audio_limits
     try:
         audio = await decode_in_thread(decode_audio, data, "audio", limits, what="audio", limits=limits)
     except AudioError as exc:
         raise ApiError("invalid_request", str(exc), status=415 if exc.unsupported else 422) from None
     try:
-        return await service.add_voice(audio, text, name.strip() if name else None)
+        return await service.voices.add(audio, text, name.strip() if name else None)
     except ServiceError as exc:
         raise ApiError(exc.code, exc.message, field=exc.field) from None
 
@@ -71,7 +71,7 @@ async def list_voices(request: Request, service: SynthesisService, config: Serve
     """The built-in voices (OpenAI's names, `"builtin": true`) first, then the uploaded ones,
     then those this caller's API key kept (`keep_voice`: `"kept": true` and their `expires_at`;
     without API keys, kept voices are listed to nobody: their ids are their owners' secret)."""
-    library = await asyncio.to_thread(service.voices.list, owner_of(request, config.api_keys))
+    library = await asyncio.to_thread(service.library.list, owner_of(request, config.api_keys))
     uploaded = [voice for voice in library if not voice.kept]
     return VoiceList(service.builtins.infos() + uploaded + [voice for voice in library if voice.kept])
 
@@ -81,7 +81,7 @@ async def get_voice(request: Request, voice_id: str, service: SynthesisService, 
     """One voice by its id (a built-in name too; a kept voice only to its owner)."""
     if voice_id in BUILTIN_NAMES:
         return next(info for info in service.builtins.infos() if info.id == voice_id)
-    info = await asyncio.to_thread(service.voices.get, voice_id, owner_of(request, config.api_keys))
+    info = await asyncio.to_thread(service.library.get, voice_id, owner_of(request, config.api_keys))
     if info is None:
         raise ApiError("voice_not_found", f"voice: no voice {voice_id!r} in the library")
     return info
@@ -94,5 +94,5 @@ async def delete_voice(request: Request, voice_id: str, service: SynthesisServic
     if voice_id in BUILTIN_NAMES:
         raise ApiError("invalid_request", f"voice: {voice_id!r} is a built-in voice; built-in voices "
                        "cannot be deleted", status=403)
-    if not await service.delete_voice(voice_id, owner_of(request, config.api_keys)):
+    if not await service.voices.delete(voice_id, owner_of(request, config.api_keys)):
         raise ApiError("voice_not_found", f"voice: no voice {voice_id!r} in the library")

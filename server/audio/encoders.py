@@ -12,10 +12,16 @@ flushes the tail. No codec is written by hand:
   One byte per sample, no state: each chunk is converted on its own.
 - `pcm_s16le`, `f32le` and `wav` are the samples themselves (`audio_io.encode_samples`).
 - Another sample rate goes through soxr's streaming resampler (`HQ`), so chunk joins are seamless.
+
+Encoding is request-controlled work (a chunk's length is the request's): `encode` runs codecs
+and resampling on a worker thread, off the event loop, and only a cast of plain samples short
+enough to cost less than the hop there (`INLINE_SECONDS`) on the loop itself.
 """
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import warnings
 from dataclasses import dataclass
 from typing import ClassVar
@@ -30,6 +36,7 @@ with warnings.catch_warnings():  # the standard library's copy warns that it lea
 from server.audio.files import encode_samples, to_pcm16, wav_header
 
 TELEPHONY_RATE = 8000
+INLINE_SECONDS = 30.0  # plain samples cast on the loop up to this much audio a chunk
 _BIT_RATES = {"mp3": 64000, "aac": 64000, "opus": 32000}
 
 
@@ -57,18 +64,42 @@ class StreamEncoder:
         self.out_rate = out_rate
         self._resampler = None if in_rate == out_rate else soxr.ResampleStream(
             in_rate, out_rate, 1, dtype="float32", quality="HQ")
+        # a push may run on a worker thread (`encode`) while its request ends on the loop: close
+        # then waits for the push, which closes on its way out (`close` never blocks the loop)
+        self._using = threading.RLock()
+        self._close_after_push = False
 
     def push(self, samples: np.ndarray, last: bool = False) -> Encoded:
-        samples = np.ascontiguousarray(samples, dtype=np.float32)
-        if self._resampler is not None:
-            samples = self._resampler.resample_chunk(samples, last=last)
-        return self._encode(samples, last)
+        with self._using:
+            try:
+                samples = np.ascontiguousarray(samples, dtype=np.float32)
+                if self._resampler is not None:
+                    samples = self._resampler.resample_chunk(samples, last=last)
+                return self._encode(samples, last)
+            finally:
+                if self._close_after_push:
+                    self._release()
+
+    def close(self) -> None:
+        """Let go of what the codec holds (a request that ends early never sends `last`); with
+        a push in flight on another thread, that push does it as it ends."""
+        if self._using.acquire(blocking=False):
+            try:
+                self._release()
+            finally:
+                self._using.release()
+        else:
+            self._close_after_push = True
+
+    def _release(self) -> None:
+        """Free the codec (safe to call twice)."""
 
     def _encode(self, samples: np.ndarray, last: bool) -> Encoded:
         raise NotImplementedError
 
-    def close(self) -> None:
-        """Let go of what the codec holds (a request that ends early never sends `last`)."""
+    def cheap(self, samples: int) -> bool:
+        """Whether pushing `samples` is a plain cast, short enough for the event loop."""
+        return False
 
 
 class RawEncoder(StreamEncoder):
@@ -83,6 +114,9 @@ class RawEncoder(StreamEncoder):
     def _encode(self, samples: np.ndarray, last: bool) -> Encoded:
         head, self._header = self._header, b""
         return Encoded(head + encode_samples(samples, self.encoding), int(samples.size))
+
+    def cheap(self, samples: int) -> bool:
+        return self._resampler is None and samples <= INLINE_SECONDS * self.out_rate
 
 
 class G711Encoder(StreamEncoder):
@@ -155,10 +189,10 @@ class AVEncoder(_AVBase):
     def _encode(self, samples: np.ndarray, last: bool) -> Encoded:
         self._out.mux(self._packets(self._stream.encode, samples, last))
         if last:
-            self.close()
+            self._release()
         return Encoded(self._sink.take(), int(samples.size))
 
-    def close(self) -> None:
+    def _release(self) -> None:
         """End the container (its trailer goes to the sink); safe to call twice."""
         if self._open:
             self._open = False
@@ -180,6 +214,14 @@ class OpusPacketEncoder(_AVBase):
     def _encode(self, samples: np.ndarray, last: bool) -> Encoded:
         packets = [bytes(p) for p in self._packets(self._codec.encode, samples, last)]
         return Encoded(b"".join(packets), int(samples.size), [len(p) for p in packets])
+
+
+async def encode(encoder: StreamEncoder, samples: np.ndarray, last: bool) -> Encoded:
+    """`encoder.push(samples, last)`, off the event loop unless it is a short plain cast. The
+    caller pushes one request's chunks in order (an encoder is used by one task at a time)."""
+    if encoder.cheap(int(samples.shape[-1])):
+        return encoder.push(samples, last)
+    return await asyncio.to_thread(encoder.push, samples, last)
 
 
 def http_encoder(fmt: str, rate: int) -> StreamEncoder:

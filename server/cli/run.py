@@ -16,7 +16,6 @@ import contextlib
 import logging
 import signal
 import socket
-from collections.abc import Callable
 
 import uvicorn
 
@@ -36,10 +35,8 @@ from server.net.accept_log import AcceptErrorLog
 from server.net.http import guarded_http_protocol
 from server.net.limits import NetLimits, connection_cap, fd_soft_limit
 from server.net.websocket import guarded_ws_protocol
-from server.turns.service import Engine
 
 log = logging.getLogger("chorus")
-WrapEngine = Callable[[Engine], Engine]
 
 
 def resolve_model(cfg: ServerConfig) -> None:
@@ -146,7 +143,7 @@ class _Shutdown:
             self.server.should_exit = True
 
 
-async def _load(cfg: ServerConfig):
+async def load(cfg: ServerConfig):
     """The engines, loaded before the server starts: a model that fails to load is one line."""
     try:
         return await load_engines(cfg)
@@ -156,9 +153,9 @@ async def _load(cfg: ServerConfig):
         raise StartupError(f"--model {cfg.model}: could not load it ({reason})") from exc
 
 
-async def _serve_async(cfg: ServerConfig, sock: socket.socket, wrap_engine: WrapEngine | None) -> None:
-    engine = await _load(cfg)
-    app = create_app(cfg, wrap_engine(engine) if wrap_engine else engine, owns_engine=True)
+async def serve_app(cfg: ServerConfig, sock: socket.socket, app) -> None:
+    """Serve `app` on `sock` until a signal's drain ends: uvicorn with Chorus's settings, the
+    signals taken here, the listening line once it accepts."""
     server = http_server(app, cfg)
     shutdown = _Shutdown(server, app, cfg.drain_seconds)
     loop = asyncio.get_running_loop()
@@ -177,10 +174,9 @@ async def _serve_async(cfg: ServerConfig, sock: socket.socket, wrap_engine: Wrap
             shutdown.task.cancel()
 
 
-def serve(cfg: ServerConfig, wrap_engine: WrapEngine | None = None) -> int:
-    """Check what is cheap to check first (the model folder, the voices folder, the port),
-    then the device and the reference's names, then load and serve (the engines behind
-    `wrap_engine(engines)` when given: what a test puts between the app and the engines)."""
+def prepare(cfg: ServerConfig) -> socket.socket:
+    """Check what is cheap to check first (the model folder, the voices folder, the port), then
+    the device and the reference's names; the bound socket (the caller closes it)."""
     if cfg.model:
         check_model(cfg.model)
     if not cfg.voices_db:
@@ -197,7 +193,22 @@ def serve(cfg: ServerConfig, wrap_engine: WrapEngine | None = None) -> int:
         log.info("omnivoice %s: all %d private names Chorus relies on are present", report.version,
                  report.checked)
         resolve_model(cfg)
-        asyncio.run(_serve_async(cfg, sock, wrap_engine))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+async def load_and_serve(cfg: ServerConfig, sock: socket.socket) -> None:
+    engine = await load(cfg)
+    await serve_app(cfg, sock, create_app(cfg, engine, owns_engine=True))
+
+
+def serve(cfg: ServerConfig) -> int:
+    """`chorus serve`: check, load the model, serve until a signal's drain ends."""
+    sock = prepare(cfg)
+    try:
+        asyncio.run(load_and_serve(cfg, sock))
     finally:
         sock.close()
     log.info("stopped")

@@ -1,5 +1,5 @@
-"""A stream's audio out: frames in segment order, each placed in the stream, and the listener's
-playback clock.
+"""A stream's audio out: frames in segment order, each placed in the stream, encoded off the
+event loop and sent by one task, and the listener's playback clock.
 
 Segments' audio goes out back to back in segment order (a later segment's audio waits for the
 head's); each frame says its segment and `offset_samples`. The clock starts with the stream's
@@ -11,17 +11,21 @@ after it.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from msgspec import Struct
 
-from server.audio.encoders import default_rate, ws_encoder
-from server.engine.types import ChunkAudio
+from server.audio.encoders import default_rate, encode, ws_encoder
 from server.streaming.frames import SegmentMsg, StreamAudioHeader
 from server.streaming.pieces import Segment
+from server.turns.events import TurnAudio
 from server.wire import messages as p
+
+log = logging.getLogger("chorus.stream")
 
 
 @dataclass
@@ -51,10 +55,14 @@ class PlaybackClock:
 
 
 class StreamPlayback:
+    """Audio frames (encoded off the event loop) and `segment` frames, in stream order, sent by
+    one task of the stream's: each segment's audio back to back, its `segment` frame after its
+    last audio frame."""
+
     def __init__(self, stream_id: str, encoding: str, sample_rate: int | None, out_rate: int,
                  send: Callable[[Struct], None], send_bytes: Callable[[bytes, float], None],
                  on_late: Callable[[float], None],
-                 on_segment_end: Callable[[Segment, ChunkAudio, int, int, int], None] | None = None):
+                 on_segment_end: Callable[[Segment, TurnAudio, int, int, int], None] | None = None):
         self.id = stream_id
         self.encoding = encoding
         self.sample_rate = sample_rate  # asked by the client (None: the encoding's default)
@@ -68,11 +76,13 @@ class StreamPlayback:
         self.offset = 0  # samples sent so far
         self.frames = 0
         self.first_audio_at: float | None = None  # perf_counter() of the stream's first audio frame
+        self._out: asyncio.Queue[tuple[Segment, TurnAudio | None]] = asyncio.Queue()
+        self._sender = asyncio.get_running_loop().create_task(self._send_in_order())
 
-    def audio(self, segments: list[Segment], seg: Segment, event: ChunkAudio) -> None:
-        """A chunk of `seg`'s audio: sent now if `seg` is the head, else held."""
+    def audio(self, segments: list[Segment], seg: Segment, event: TurnAudio) -> None:
+        """A chunk of `seg`'s audio: sent next if `seg` is the head, else held."""
         if seg.index == self.head:
-            self._send_audio(seg, event)
+            self._out.put_nowait((seg, event))
         else:
             seg.held.append(event)
 
@@ -80,14 +90,51 @@ class StreamPlayback:
         """Seconds of audio before the next segment: heard, or planned for those still running."""
         return sum(s.samples / self.out_rate if s.finished else s.planned_s for s in segments)
 
-    def _send_audio(self, seg: Segment, event: ChunkAudio) -> None:
-        now = time.perf_counter()
-        if self.first_audio_at is None:
-            self.first_audio_at = now
+    def advance(self, segments: list[Segment]) -> None:
+        """Close finished head segments (their `segment` frame after their audio), release the
+        next one's audio."""
+        while self.head < len(segments) and segments[self.head].finished:
+            self._out.put_nowait((segments[self.head], None))
+            self.head += 1
+            if self.head < len(segments):
+                nxt = segments[self.head]
+                for event in nxt.held:
+                    self._out.put_nowait((nxt, event))
+                nxt.held.clear()
+
+    async def drained(self) -> None:
+        """Every frame handed over so far is sent."""
+        await self._out.join()
+
+    def stop(self, segments: list[Segment]) -> None:
+        """The stream ended: send nothing more; let go of the segments' encoders (one whose push
+        is on a worker thread lets go as that push ends)."""
+        self._sender.cancel()
+        for seg in segments:
+            if seg.encoder is not None:
+                seg.encoder.close()
+
+    async def _send_in_order(self) -> None:
+        while True:
+            seg, event = await self._out.get()
+            try:
+                if event is None:
+                    self._send(SegmentMsg(self.id, seg.index, seg.text, self.offset - seg.samples, seg.samples))
+                else:
+                    await self._send_audio(seg, event)
+            except Exception:  # a bug in one frame loses that frame, not the stream's order
+                log.exception("a stream frame could not be sent", extra={"request_id": self.id})
+            finally:
+                self._out.task_done()
+
+    async def _send_audio(self, seg: Segment, event: TurnAudio) -> None:
         if seg.encoder is None:
             rate = self.sample_rate or default_rate(self.encoding, event.sample_rate)
             seg.encoder = ws_encoder(self.encoding, event.sample_rate, rate)
-        out = seg.encoder.push(event.audio, last=event.final)
+        out = await encode(seg.encoder, event.audio, event.final)
+        now = time.perf_counter()
+        if self.first_audio_at is None:
+            self.first_audio_at = now
         self.out_rate = seg.encoder.out_rate
         samples = out.samples
         header = StreamAudioHeader(self.id, event.chunk, event.final, seg.encoder.out_rate, self.encoding,
@@ -102,15 +149,3 @@ class StreamPlayback:
         self.frames += 1
         if event.final and self._on_segment_end is not None:
             self._on_segment_end(seg, event, self.offset - seg.samples, self.offset, self.out_rate)
-
-    def advance(self, segments: list[Segment]) -> None:
-        """Close finished head segments (their `segment` frame), release the next one's audio."""
-        while self.head < len(segments) and segments[self.head].finished:
-            seg = segments[self.head]
-            self._send(SegmentMsg(self.id, seg.index, seg.text, self.offset - seg.samples, seg.samples))
-            self.head += 1
-            if self.head < len(segments):
-                nxt = segments[self.head]
-                for event in nxt.held:
-                    self._send_audio(nxt, event)
-                nxt.held.clear()

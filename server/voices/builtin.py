@@ -21,7 +21,7 @@ from typing import Protocol
 from server.audio.files import DecodedAudio
 from server.engine.types import ChunkAudio, Finished, GenerationOptions, SynthesisRequest, VoicePrompt
 from server.errors import ServiceError
-from server.voices import VoiceInfo
+from server.voices.store import VoiceInfo, VoiceLibrary
 
 log = logging.getLogger("chorus.voices")
 
@@ -83,10 +83,10 @@ class Speaker(Protocol):
     """What the built-in voices need of the service (`server.turns.service.SynthesisService`)."""
 
     model_name: str
-    engines: list
-    voices: object
+    frame_rate: float
+    library: VoiceLibrary
 
-    def submit(self, request: SynthesisRequest, deliver, endpoint: str) -> object: ...
+    async def submit(self, request: SynthesisRequest, deliver, endpoint: str) -> object: ...
 
     async def encode_voice(self, audio: DecodedAudio, text: str | None) -> VoicePrompt: ...
 
@@ -101,7 +101,7 @@ class BuiltinVoices:
         self._making: dict[str, asyncio.Task] = {}
 
     def infos(self) -> list[VoiceInfo]:
-        frame_rate = self._service.engines[0].frame_rate if self._service.engines else None
+        frame_rate = self._service.frame_rate
         out = []
         for name in DESIGNS:
             prompt = self._made.get(name)
@@ -128,10 +128,10 @@ class BuiltinVoices:
         from server.engine.model.voice_codec import voice_from_bytes, voice_to_bytes  # lazy: no torch in the web layer
 
         service, key = self._service, store_key(self.model_key, name)
-        blob = await asyncio.to_thread(service.voices.load_builtin, key)
+        blob = await asyncio.to_thread(service.library.load_builtin, key)
         if blob is None:
             prompt = await self._make(name)
-            blob = await asyncio.to_thread(service.voices.save_builtin, key, voice_to_bytes(prompt))
+            blob = await asyncio.to_thread(service.library.save_builtin, key, voice_to_bytes(prompt))
             log.info("built-in voice made", extra={"voice": name, "frames": prompt.num_frames})
         return await asyncio.to_thread(voice_from_bytes, blob)
 
@@ -150,7 +150,7 @@ class BuiltinVoices:
         request = SynthesisRequest(
             request_id=f"builtin-{name}-{id(done):x}", text=SENTENCE, language="en", instruct=design.instruct,
             stream="whole", options=GenerationOptions(seed=design.seed, duration=SECONDS), progress=False)
-        service.submit(request, deliver, "builtin")
+        await service.submit(request, deliver, "builtin")
         finished: Finished = await done
         if finished.outcome != "done" or len(parts) != 1:
             raise ServiceError("internal", f"voice: the built-in voice {name!r} could not be made "

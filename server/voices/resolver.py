@@ -23,6 +23,7 @@ from server.audio.files import AudioError, AudioLimits, DecodedAudio, decode_bas
 from server.engine.types import SHUTTING_DOWN, RequestRejected, VoicePrompt
 from server.errors import ServiceError
 from server.metrics import Metrics
+from server.voices.builtin import BUILTIN_NAMES
 from server.voices.cache import VoiceCache
 from server.voices.reference_budget import ReferenceBudget
 from server.voices.store import LibraryFull, NameTaken, Owner, VoiceInfo, VoiceLibrary, same_name
@@ -38,9 +39,7 @@ class VoiceEncoder(Protocol):
 
 
 class Builtins(Protocol):
-    """OpenAI's voice names as fixed voices (`server.builtin_voices.BuiltinVoices`)."""
-
-    def names(self) -> frozenset[str]: ...
+    """OpenAI's voice names as fixed voices (`server.voices.builtin.BuiltinVoices`)."""
 
     async def get(self, name: str) -> VoicePrompt: ...
 
@@ -93,7 +92,7 @@ class VoiceResolver:
     async def named(self, name: str, owner: Owner | None = None) -> VoicePrompt:
         """A voice by what a client calls it: a built-in name (OpenAI's: alloy...), a library
         id, or the display name of exactly one library voice (`owner` may use)."""
-        if self.builtins is not None and name.lower() in self.builtins.names():
+        if self.builtins is not None and name.lower() in BUILTIN_NAMES:
             return await self.builtins.get(name.lower())
         try:
             return await self.library_voice(name, owner)

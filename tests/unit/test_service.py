@@ -28,7 +28,7 @@ def run_one(service: SynthesisService, request: SynthesisRequest) -> list:
             if isinstance(event, Finished):
                 done.set()
 
-        service.submit(request, deliver, "test")
+        await service.submit(request, deliver, "test")
         await done.wait()
         return events
 
