@@ -61,6 +61,11 @@ def http_exception_handler(request: Request, exc: HTTPException) -> Response:
     message = exc.detail or "error"
     if status == 404 and message == "Not Found":
         message = f"no such route: {request.method} {request.scope['path']}"
+    elif status == 405:  # say which method this route takes: GET /v1/audio/speech is a POST route
+        allowed = {k.lower(): v for k, v in (exc.headers or {}).items()}.get("allow", "")
+        methods = " or ".join(m.strip() for m in allowed.split(",") if m.strip() not in ("", "OPTIONS", "HEAD"))
+        message = (f"{request.method} {request.scope['path']}: this route takes {methods or 'another method'}"
+                   + (" (see /schema for its body)" if "POST" in methods else ""))
     return error_response(code, message, status, headers=getattr(exc, "headers", None))
 
 

@@ -12,17 +12,32 @@ from typing import Any, Literal
 
 import numpy as np
 
-from server.options import dataclass_of_options
-
 StreamMode = Literal["chunk", "whole"]
 # What a client is told of work refused or ended by a shutdown, by the engine and the server alike.
 SHUTTING_DOWN = "the server is shutting down; try another replica or later"
 
 
-# Per-request knobs: one field per row of the options table (`server/options.py`), with its
-# defaults (the reference's `OmniVoiceGenerationConfig`).
-GenerationOptions = dataclass_of_options(
-    "GenerationOptions", __name__, "Per-request knobs; fields and defaults from the options table.")
+@dataclass(frozen=True)
+class GenerationOptions:
+    """Per-request knobs: one field per row of the options table (`server/options.py`: ranges,
+    units and why), in its order, with its types and defaults (the reference's
+    `OmniVoiceGenerationConfig`); `tests/unit/test_generation_options.py` holds them equal."""
+
+    num_step: int = 32
+    guidance_scale: float = 2.0
+    t_shift: float = 0.1
+    layer_penalty_factor: float = 5.0
+    position_temperature: float = 5.0
+    class_temperature: float = 0.0
+    denoise: bool = True
+    speed: float | None = None
+    duration: float | None = None
+    seed: int | None = None
+    postprocess: bool = True
+    chunk_seconds: float = 15.0
+    chunk_threshold: float = 30.0
+    normalize_text: bool = False
+    first_chunk_seconds: float | None = None
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import numpy as np
 
 from server.audio.files import AudioError, AudioLimits, DecodedAudio, decode_base64_audio, decode_in_thread
 from server.engine.types import SHUTTING_DOWN, RequestRejected, VoicePrompt
-from server.errors import ServiceError
+from server.errors import ServiceError, did_you_mean
 from server.metrics import Metrics
 from server.voices.builtin import BUILTIN_NAMES
 from server.voices.cache import VoiceCache
@@ -97,14 +97,15 @@ class VoiceResolver:
         try:
             return await self.library_voice(name, owner)
         except ServiceError:
-            named = [v.id for v in await asyncio.to_thread(self.library.list, owner)
-                     if v.name.casefold() == name.casefold()]
+            listed = await asyncio.to_thread(self.library.list, owner)
+            named = [v.id for v in listed if v.name.casefold() == name.casefold()]
             if len(named) == 1:
                 return await self.library_voice(named[0], owner)
             if len(named) > 1:
                 raise ServiceError("voice_not_found", f"voice: {len(named)} voices are named {name!r}; "
                                    "name one by its id") from None
-            raise
+            close = did_you_mean(name, [*BUILTIN_NAMES, *(v.name for v in listed), *(v.id for v in listed)])
+            raise _not_found(name, close) from None
 
     async def library_voice(self, voice_id: str, owner: Owner | None = None) -> VoicePrompt:
         """A library voice by id, decoded once; a cached one is checked against the library
@@ -175,8 +176,9 @@ class VoiceResolver:
         return gone
 
 
-def _not_found(voice_id: str) -> ServiceError:
-    return ServiceError("voice_not_found", f"voice: no voice {voice_id!r} in the library", "voice")
+def _not_found(voice_id: str, close: str = "") -> ServiceError:
+    return ServiceError("voice_not_found", f"voice: no voice {voice_id!r}{close}; GET /v1/voices lists the voices "
+                        "(a built-in name such as 'alloy', a library voice's id or name)", "voice")
 
 
 def _encode_refused(exc: RequestRejected, prefix: str) -> ServiceError:

@@ -17,6 +17,7 @@ from msgspec import Meta, Struct, field
 
 from server import options as table
 from server.engine.types import GenerationOptions
+from server.errors import did_you_mean
 from server.visible_text import has_visible_text
 from server.wire.frames import (  # noqa: F401 - the server's frames, re-exported: one import for the wire
     ENCODINGS,
@@ -167,17 +168,35 @@ _CONSTRAINT = re.compile(r"^Expected `\w+` (?:[<>]=?|matching regex|of length)")
 _MISSING = re.compile(r"Object missing required field `(?P<name>[^`]*)`")
 
 
-def describe_validation_error(exc: msgspec.ValidationError,
-                              rules: dict[str, str] | None = None) -> tuple[str | None, str]:
+def field_names(target: type, path: str) -> list[str]:
+    """The field names of the struct at `path` (dotted, "" for `target` itself) inside `target`."""
+    info: Any = msgspec.inspect.type_info(target)
+    for part in filter(None, path.split(".")):
+        if isinstance(info, msgspec.inspect.UnionType):
+            info = next((t for t in info.types if isinstance(t, msgspec.inspect.StructType)), None)
+        if not isinstance(info, msgspec.inspect.StructType):
+            return []
+        info = next((f.type for f in info.fields if f.name == part), None)
+    if isinstance(info, msgspec.inspect.UnionType):
+        info = next((t for t in info.types if isinstance(t, msgspec.inspect.StructType)), None)
+    return [f.name for f in info.fields] if isinstance(info, msgspec.inspect.StructType) else []
+
+
+def describe_validation_error(exc: msgspec.ValidationError, rules: dict[str, str] | None = None,
+                              target: type | None = None) -> tuple[str | None, str]:
     """msgspec's `Expected ... - at $.options.denoise` as (`options.denoise`,
-    `options.denoise: expected `bool`, got `str``): the field at fault and the message."""
+    `options.denoise: expected `bool`, got `str``): the field at fault and the message. With
+    `target` (the struct decoded), an unknown field's message names the closest known one."""
     match = _AT.match(str(exc))
     assert match is not None
     msg, path = match.group("msg"), (match.group("path") or "").lstrip(".")
-    for pattern, what in ((_UNKNOWN, "unknown field"), (_MISSING, "required")):
-        if found := pattern.match(msg):
-            name = f"{path}.{found.group('name')}" if path else found.group("name")
-            return name, f"{name}: {what}"
+    if found := _UNKNOWN.match(msg):
+        name = f"{path}.{found.group('name')}" if path else found.group("name")
+        close = did_you_mean(found.group("name"), field_names(target, path)) if target is not None else ""
+        return name, f"{name}: unknown field{close}"
+    if found := _MISSING.match(msg):
+        name = f"{path}.{found.group('name')}" if path else found.group("name")
+        return name, f"{name}: required"
     rule = (rules or _RULES).get(path)
     if "got `null`" in msg:
         return path or None, f"{path}: must not be null"
@@ -253,18 +272,20 @@ def parse_client_message(data: str | bytes, max_text_chars: int | None = None) -
     raw = decode_json(data)
     if not isinstance(raw, dict):
         raise ProtocolError("bad_message", "a message must be a JSON object with a `type`")
+    raw_id = raw.get("id")
+    request_id = raw_id if isinstance(raw_id, str) else None  # an error about this frame names its id
     kind = raw.get("type")
     if kind is None:
-        raise ProtocolError("bad_message", f"type: required ({_TYPE_NAMES})", field="type")
+        raise ProtocolError("bad_message", f"type: required ({_TYPE_NAMES})", request_id, field="type")
     target = _CLIENT_TYPES.get(kind) if isinstance(kind, str) else None
     if target is None:
-        raise ProtocolError("bad_message", f"type: unknown message type {kind!r} ({_TYPE_NAMES})", field="type")
-    raw_id = raw.get("id")
-    request_id = raw_id if isinstance(raw_id, str) else None
+        close = did_you_mean(kind, _CLIENT_TYPES) if isinstance(kind, str) else ""
+        raise ProtocolError("bad_message", f"type: unknown message type {kind!r}{close} ({_TYPE_NAMES})",
+                            request_id, field="type")
     try:
         message = msgspec.convert(raw, target)
     except msgspec.ValidationError as exc:
-        at, message = describe_validation_error(exc)
+        at, message = describe_validation_error(exc, target=target)
         raise ProtocolError("invalid_request", message, request_id, field=at) from None
     check_text_size(message, max_text_chars)
     if isinstance(message, Synthesize):

@@ -82,7 +82,7 @@ def parse_speech_request(body: bytes, max_input_chars: int | None = None,
     try:
         req = msgspec.convert(raw, SpeechRequest)
     except msgspec.ValidationError as exc:
-        at, message = describe_validation_error(exc, _SPEECH_RULES)
+        at, message = describe_validation_error(exc, _SPEECH_RULES, target=SpeechRequest)
         raise ProtocolError("invalid_request", message, field=at) from None
     check_sizes(req, max_input_chars, max_instructions_chars)
     if not has_visible_text(req.input):

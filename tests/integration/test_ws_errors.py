@@ -39,16 +39,17 @@ def tight_server(start_inproc, tmp_path_factory):
     server.stop()
 
 
-BAD_FRAMES = [
-    ("not json", "not valid JSON"),
-    ("[1, 2]", "a message must be a JSON object"),
-    ('{"id": "x"}', "type: required"),
-    ('{"type": "launch"}', "type: unknown message type 'launch'"),
+BAD_FRAMES = [  # (frame, the id its error carries, message prefix)
+    ("not json", None, "not valid JSON"),
+    ("[1, 2]", None, "a message must be a JSON object"),
+    ('{"id": "x"}', "x", "type: required"),
+    ('{"type": "launch"}', None, "type: unknown message type 'launch'"),
+    ('{"type": "synthesise", "id": "y"}', "y", "type: unknown message type 'synthesise' (did you mean 'synthesize'?)"),
 ]
 
 INVALID = [  # (id, fields, message prefix)
     ("e1", {"options": {"num_step": 0}}, "options.num_step: must be an integer 1..64"),
-    ("e2", {"options": {"num_steps": 8}}, "options.num_steps: unknown field"),
+    ("e2", {"options": {"num_steps": 8}}, "options.num_steps: unknown field (did you mean 'num_step'?)"),
     ("e3", {"text": "  "}, "text: must not be empty"),
     ("e4", {"voice": "someone", "reference": {"audio": "AAAA", "text": "hi"}}, "reference: voice and reference"),
     ("e5", {"instruct": "purple dragon voice"}, "instruct: "),
@@ -70,9 +71,9 @@ def test_bad_frames_and_invalid_requests_leave_everything_else_working(chorus_se
         await s.send({"type": "synthesize", "id": "keep", "text": "again"})
         dup = await s.expect_error("duplicate_id", "keep")
         bad = []
-        for frame, _ in BAD_FRAMES:
+        for frame, rid, _ in BAD_FRAMES:
             await s.send(frame)
-            bad.append(await s.expect_error("bad_message", None))
+            bad.append(await s.expect_error("bad_message", rid))
         await s.ws.send(b"\x00\x01binary")
         bad.append(await s.expect_error("bad_message", None))
         invalid = []
@@ -93,11 +94,11 @@ def test_bad_frames_and_invalid_requests_leave_everything_else_working(chorus_se
 
     dup, bad, invalid, missing, too_long, bad_id, out = run(go())
     assert dup["message"] == "id: 'keep' is already in flight on this connection"
-    for frame, (_, message) in zip(bad, BAD_FRAMES + [(None, "binary frames are not accepted")]):
-        assert frame["id"] is None and frame["message"].startswith(message), frame
+    for frame, (_, rid, message) in zip(bad, BAD_FRAMES + [(None, None, "binary frames are not accepted")]):
+        assert frame["id"] == rid and frame["message"].startswith(message), frame
     for frame, (rid, _, message) in zip(invalid, INVALID):
         assert frame["id"] == rid and frame["message"].startswith(message), frame
-    assert missing["message"] == "voice: no voice 'no-such-voice-1234' in the library"
+    assert missing["message"].startswith("voice: no voice 'no-such-voice-1234'; GET /v1/voices lists"), missing
     assert too_long["message"] == "text: 5001 characters, over the limit of 5000"
     assert bad_id["message"].startswith("id: must be 1-64 characters")
     check_request(out["keep"], num_step=32)

@@ -43,16 +43,17 @@ def test_cancel_and_ping():
     assert isinstance(p.parse_client_message('{"type":"ping"}'), p.Ping)
 
 
-@pytest.mark.parametrize("frame, message", [
-    ("not json", "not valid JSON"),
-    ("[1, 2]", "JSON object"),
-    ('{"id": "r1"}', "type: required"),
-    ('{"type": "pong"}', "type: unknown message type 'pong'"),
-    ('{"type": 3}', "type: unknown message type 3"),
+@pytest.mark.parametrize("frame, request_id, message", [
+    ("not json", None, "not valid JSON"),
+    ("[1, 2]", None, "JSON object"),
+    ('{"id": "r1"}', "r1", "type: required"),
+    ('{"type": "pong"}', None, "type: unknown message type 'pong'"),
+    ('{"type": 3}', None, "type: unknown message type 3"),
+    ('{"type": "cancle", "id": "r2"}', "r2", "type: unknown message type 'cancle' (did you mean 'cancel'?)"),
 ])
-def test_bad_message_has_no_id(frame, message):
+def test_bad_message_names_its_frame_id_when_it_had_one(frame, request_id, message):
     err = error_of(frame)
-    assert (err.code, err.request_id) == ("bad_message", None)
+    assert (err.code, err.request_id) == ("bad_message", request_id)
     assert message in err.message
 
 

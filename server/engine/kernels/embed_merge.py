@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from server.engine.kernels.triton_env import kernels_can_run
+from server.engine.reference import ReferenceModel
 
 try:  # Triton is optional: CPU installs keep the reference's modules
     import triton
@@ -60,7 +61,7 @@ available = kernels_can_run  # whether this kernel can run on a device
 
 
 @torch.inference_mode()
-def embed_merge(model, ids: torch.Tensor, mask: torch.Tensor, order: str = ORDER_TREE) -> torch.Tensor:
+def embed_merge(model: ReferenceModel, ids: torch.Tensor, mask: torch.Tensor, order: str = ORDER_TREE) -> torch.Tensor:
     """ids (C, S) long, mask (S,) bool -> (S, hidden) embeddings in the tables' dtype: the
     reference's `_prepare_embed_inputs` for one packed row."""
     text_table = model.get_input_embeddings().weight
@@ -78,14 +79,14 @@ def embed_merge(model, ids: torch.Tensor, mask: torch.Tensor, order: str = ORDER
 
 
 @torch.inference_mode()
-def reference(model, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def reference(model: ReferenceModel, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """The reference's own embeddings (on CUDA its codebook sum accumulates in float32 and
     rounds once; the CPU's rounds half-precision sums as it goes, so only CUDA gives its bits)."""
     return model._prepare_embed_inputs(ids.unsqueeze(0), mask.unsqueeze(0))[0]
 
 
 @torch.inference_mode()
-def check(model, device, rows: int = 4096, seed: int = 0) -> dict:
+def check(model: ReferenceModel, device, rows: int = 4096, seed: int = 0) -> dict:
     """Each order against the reference on the model's own tables, random ids (three rows in
     four audio): the number of differing values and the largest difference."""
     gen = torch.Generator(device="cpu").manual_seed(seed)

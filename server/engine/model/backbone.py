@@ -12,6 +12,7 @@ import torch
 
 from server.engine.kernels.attention.base import AttentionBackend, head_dim_of
 from server.engine.model.canvas import PackedCanvas
+from server.engine.reference import ReferenceModel
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -20,7 +21,7 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 class OmniVoiceBackbone:
-    def __init__(self, model, attention: AttentionBackend):
+    def __init__(self, model: ReferenceModel, attention: AttentionBackend):
         self.model = model
         self.llm = model.llm
         self.attention = attention

@@ -15,18 +15,19 @@ from server.engine.kernels import snake
 from server.engine.model import decode_graphs
 from server.engine.model.decode_graphs import DecodeGraphs
 from server.engine.model.postprocess import cross_fade_chunks, post_process_audio
+from server.engine.reference import ReferenceModel
 from server.engine.types import RequestRejected, VoicePrompt
 
 
 class Codec:
-    def __init__(self, model):
+    def __init__(self, model: ReferenceModel):
         self.model = model
         self.sample_rate: int = model.sampling_rate
         self.fused_snakes = 0  # Snake1d activations running as one Triton kernel each (CUDA only)
         self.graphs: DecodeGraphs | None = None  # decodes replayed as CUDA graphs (CUDA only)
-        tokenizer = getattr(model, "audio_tokenizer", None)
-        device = torch.device(getattr(tokenizer, "device", "cpu")) if tokenizer is not None else None
-        if device is not None and device.type == "cuda":
+        tokenizer = model.audio_tokenizer
+        device = torch.device(tokenizer.device)
+        if device.type == "cuda":
             self.fused_snakes = snake.install(tokenizer)
             if decode_graphs.wanted(device):
                 self.graphs = DecodeGraphs(self._decode_codes, tokenizer.acoustic_decoder)
@@ -58,7 +59,7 @@ class Codec:
     def encode_voice(self, audio: np.ndarray, sample_rate: int, text: str | None) -> VoicePrompt:
         """The reference's `create_voice_clone_prompt`: resample, RMS boost, silence trim,
         punctuation, codec encode."""
-        if text is None and getattr(self.model, "_asr_pipe", None) is None:
+        if text is None and self.model._asr_pipe is None:
             raise RequestRejected(
                 "text: a transcript is required (this server runs without an ASR model)", field="text"
             )

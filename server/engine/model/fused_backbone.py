@@ -27,6 +27,7 @@ from server.engine.model.cuda_graphs import (
     pad_doc_lens,
 )
 from server.engine.model.kernel_choices import choose_embed_order, choose_qk_rope, choose_split_k
+from server.engine.reference import ReferenceModel
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ class _Layer:
 
 
 class FusedBackbone:
-    def __init__(self, model, attention: AttentionBackend, ops=None, *, graphs: bool = False,
+    def __init__(self, model: ReferenceModel, attention: AttentionBackend, ops=None, *, graphs: bool = False,
                  token_buckets: tuple[int, ...] = GRAPH_TOKEN_BUCKETS,
                  doc_buckets: tuple[int, ...] = GRAPH_DOC_BUCKETS, fuse_qk_rope: bool | None = None,
                  quantize: str | None = None, split_k: bool | None = None, fuse_embed: bool | None = None):

@@ -11,6 +11,7 @@ import torch
 
 from server.engine.kernels import embed_merge, qk_norm_rope, split_k
 from server.engine.kernels.triton_env import checked_error
+from server.engine.reference import ReferenceModel
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,8 @@ def choose_split_k(wanted: bool | None, device: torch.device, dtype: torch.dtype
                          dtype, "unsplit projections") is not None
 
 
-def choose_embed_order(wanted: bool | None, model, device: torch.device) -> tuple[str | None, dict | None]:
+def choose_embed_order(wanted: bool | None, model: ReferenceModel,
+                       device: torch.device) -> tuple[str | None, dict | None]:
     """(the order in which the one-pass embedding kernel sums the codebooks: the first that gives
     the reference's bits on this model's tables, or None for the reference's modules; the check)."""
     if wanted is None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from server.engine.reference import ReferenceModel
+
 MAX_ENTRIES = 1 << 16  # distinct characters remembered; a text of more rare ones starts a new table
 
 
@@ -30,10 +32,11 @@ class WeightTable(dict):
         return sum(map(self.__getitem__, text))
 
 
-def speed_up_estimates(model) -> bool:
-    """Give `model`'s duration estimator the table's sum in place of its per-character
-    calls (this instance only). False, and nothing changed, for an estimator without the
-    reference's `_get_char_weight` / `calculate_total_weight` pair."""
+def speed_up_estimates(model: ReferenceModel) -> bool:
+    """Give `model`'s duration estimator the table's sum in place of its per-character calls:
+    the one change planning makes to the reference instance (`ReferenceModel`), on it alone.
+    False, and nothing changed, for an estimator without the reference's `_get_char_weight` /
+    `calculate_total_weight` pair (another omnivoice version's)."""
     estimator = getattr(model, "duration_estimator", None)
     weigh = getattr(estimator, "_get_char_weight", None)
     if weigh is None or not callable(getattr(estimator, "calculate_total_weight", None)):

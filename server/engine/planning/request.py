@@ -15,6 +15,7 @@ import torch
 
 from server.engine.planning.fast_start import split_first_chunk
 from server.engine.planning.text_chunks import chunk_text_punctuation
+from server.engine.reference import ReferenceModel
 from server.engine.types import GenerationOptions, RequestRejected, SynthesisRequest, VoicePrompt
 from server.engine.upstream_names import (
     ZH_RE,
@@ -54,7 +55,7 @@ def validate_voice(voice: VoicePrompt, num_codebooks: int, codebook_size: int) -
         raise RequestRejected(f"voice: codes must be in 0..{codebook_size - 1}", field="voice")
 
 
-def prepare_request(model, request: SynthesisRequest, frame_rate: int,
+def prepare_request(model: ReferenceModel, request: SynthesisRequest, frame_rate: int,
                     max_audio_seconds: float | None = None) -> tuple[SynthesisRequest, RequestPlan, int]:
     """The request with its voice's tokens as torch, its plan, and its 64-bit seed (drawn when
     the request names none)."""
@@ -67,7 +68,7 @@ def prepare_request(model, request: SynthesisRequest, frame_rate: int,
     return request, plan, seed & ((1 << 64) - 1)
 
 
-def plan_request(model, request: SynthesisRequest, frame_rate: int,
+def plan_request(model: ReferenceModel, request: SynthesisRequest, frame_rate: int,
                  max_audio_seconds: float | None = None) -> RequestPlan:
     """Chunk the text and size every canvas exactly as `OmniVoice.generate()` would; refuse
     a plan of more than `max_audio_seconds` of audio before anything is queued."""
@@ -83,7 +84,7 @@ def plan_request(model, request: SynthesisRequest, frame_rate: int,
     return plan
 
 
-def _plan(model, request: SynthesisRequest, frame_rate: int) -> RequestPlan:
+def _plan(model: ReferenceModel, request: SynthesisRequest, frame_rate: int) -> RequestPlan:
     opts = request.options
     validate_options(opts)
     text = request.text

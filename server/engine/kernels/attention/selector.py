@@ -7,11 +7,12 @@ import logging
 from server.engine.kernels.attention.base import AttentionBackend, head_dim_of
 from server.engine.kernels.attention.flashinfer_backend import FlashInferAttention
 from server.engine.kernels.attention.torch_backend import TorchAttention
+from server.engine.reference import ReferenceModel
 
 log = logging.getLogger(__name__)
 
 
-def make_attention_backend(kind: str, model) -> AttentionBackend:
+def make_attention_backend(kind: str, model: ReferenceModel) -> AttentionBackend:
     """The attention for `model`'s device and dtype: `auto` picks FlashInfer on CUDA when it
     imports (else torch, logged); `flashinfer` insists; `torch` is SDPA per document."""
     if kind not in ("auto", "torch", "flashinfer"):
