@@ -261,7 +261,8 @@ class StreamSession:
         """A segment's last audio frame is out: its words, before its `segment` frame."""
         if self.msg.timestamps:
             self.meta.send(segment_words(self.service.aligner, self.id, self.msg.timestamps, seg.spoken,
-                                         event.audio, event.sample_rate, start, end, rate, seg.index))
+                                         event.audio, event.sample_rate, start, end, rate, seg.index,
+                                         seg.turn.as_written))
 
     def _first_audio_ms(self, at: float | None = None) -> float | None:
         """From the first segment's completion to the stream's first audio frame."""

@@ -133,6 +133,10 @@ class Applied:
     text: str
     substitutions: tuple[Substitution, ...] = ()
 
+    def as_written(self) -> tuple[tuple[str, str], ...]:
+        """(what was said, what was written) for each substitution, in order."""
+        return tuple((self.text[s.spoken_start:s.spoken_end], s.written) for s in self.substitutions)
+
 
 class Lexicon:
     """Every entry, compiled into one trie of case-folded characters. A node's `_END` holds

@@ -24,10 +24,19 @@ from dataclasses import dataclass
 
 from server.bounds import WorkBounds, WorkRefused, run_bounded
 from server.errors import ServiceError
-from server.text.lexicon import Lexicon, Pronunciation
+from server.text.lexicon import Applied, Lexicon, Pronunciation
 from server.text.normalize_workers import NormalizerWorkers, WorkerDied
 
 LEXICON_TTL_S = 5.0
+
+
+@dataclass(frozen=True)
+class Spoken:
+    """A request's text as spoken, and (in order) each lexicon entry's words as spoken with the
+    words the user wrote for them: word timestamps name what was written."""
+
+    text: str
+    as_written: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -88,6 +97,11 @@ class TextPreparer:
                       field: str = "text") -> str:
         """The text as spoken; `ServiceError` past a cap or a budget (`field` names the text), or
         when a normaliser worker died on it."""
+        return (await self.prepare_spoken(text, language, normalize, voice, field)).text
+
+    async def prepare_spoken(self, text: str, language: str | None, normalize: bool, voice: str | None = None,
+                             field: str = "text") -> Spoken:
+        """`prepare`'s text, with what each lexicon entry put in stands for (word timestamps)."""
         try:
             return await self._prepare(text, language, normalize, voice, field)
         except WorkRefused as exc:
@@ -96,23 +110,25 @@ class TextPreparer:
             raise ServiceError("internal", str(exc)) from None
 
     async def _prepare(self, text: str, language: str | None, normalize: bool, voice: str | None,
-                       field: str) -> str:
+                       field: str) -> Spoken:
         lexicon = await self.lexicon()
+        said: tuple[tuple[str, str], ...] = ()
         if lexicon:
             bounds = WorkBounds.within("the pronunciation lexicon", self.limits.max_spoken_chars,
                                        self.limits.lexicon_seconds, field)
-            text = await run_bounded(self._thread, bounds, self.apply_lexicon, lexicon, text, voice, bounds)
+            applied = await run_bounded(self._thread, bounds, self.apply_lexicon, lexicon, text, voice, bounds)
+            text, said = applied.text, applied.as_written()
         if not normalize:
-            return text
+            return Spoken(text, said)
         bounds = WorkBounds.within("normalize_text", self.limits.max_spoken_chars, None, field)
-        return await self.normalizer.normalize(text, language, bounds)
+        return Spoken(await self.normalizer.normalize(text, language, bounds), said)
 
-    def apply_lexicon(self, lexicon: Lexicon, text: str, voice: str | None, bounds: WorkBounds) -> str:
+    def apply_lexicon(self, lexicon: Lexicon, text: str, voice: str | None, bounds: WorkBounds) -> Applied:
         """The entries that apply to `voice` (and to every voice), on the caller's thread."""
         ids: set[str] = set()
         if voice is not None and lexicon.scoped:
             ids = self._voice_ids(voice)
-        return lexicon.apply(text, frozenset(ids), bounds).text
+        return lexicon.apply(text, frozenset(ids), bounds)
 
     def close(self) -> None:
         self.normalizer.close()

@@ -42,9 +42,47 @@ def tokens(text: str) -> list[tuple[int, int]]:
     return [(a, b) for a, b in spans]
 
 
-def place(text: str, start: int, end: int, chars: bool = False) -> tuple[list[Span], list[Span] | None]:
+class AsWritten:
+    """One request's lexicon substitutions, in order: the words as spoken that stand for words
+    as written (`[K AO1 R AH0 S]` for `Chorus`, `three em` for `3M`). Word timestamps show the
+    written word over the span of the spoken ones. Chunks are read in order; a substitution not
+    found (a normaliser that rewrote it) leaves the spoken words as they are."""
+
+    def __init__(self, pairs: tuple[tuple[str, str], ...] = ()):
+        self.pairs = pairs
+        self.next = 0
+
+    def label(self, text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int, str]]:
+        """`text`'s word spans as (start, end, the word shown): those one substitution covers
+        merged into one, showing what was written (with the punctuation around it)."""
+        out: list[tuple[int, int, str]] = []
+        i = 0
+        while i < len(spans):
+            a, b = spans[i]
+            k = -1
+            if self.next < len(self.pairs):
+                said = self.pairs[self.next][0]
+                k = text.find(said, a)
+            if k < 0 or k >= b:
+                out.append((a, b, text[a:b]))
+                i += 1
+                continue
+            said, written = self.pairs[self.next]
+            self.next += 1
+            stop = k + len(said)
+            j = i
+            while j + 1 < len(spans) and spans[j + 1][0] < stop:
+                j += 1
+            last = max(spans[j][1], stop)
+            out.append((a, last, text[a:k] + written + text[stop:last]))
+            i = j + 1
+        return out
+
+
+def place(text: str, start: int, end: int, chars: bool = False,
+          written: AsWritten | None = None) -> tuple[list[Span], list[Span] | None]:
     """The words (and, with `chars`, every non-space character) of a chunk whose audio spans
-    samples [start, end) of the stream's clock."""
+    samples [start, end) of the stream's clock; a lexicon substitution shown as written."""
     weigh = _weigh()
     cumulative = [0.0, *accumulate(weigh(c) for c in text)]
     total = cumulative[-1]
@@ -58,11 +96,20 @@ def place(text: str, start: int, end: int, chars: bool = False) -> tuple[list[Sp
         first, last = words[0][0], words[-1][1]
         scale = cumulative[last] - cumulative[first]
         cumulative = [(w - cumulative[first]) * (total / scale) if scale > 0 else w for w in cumulative]
-    out = [Span(text[a:b], at(a), at(b)) for a, b in words]
+    labelled = written.label(text, words) if written is not None else [(a, b, text[a:b]) for a, b in words]
+    out = [Span(shown, at(a), at(b)) for a, b, shown in labelled]
     if out:
         out[0].start_samples, out[-1].end_samples = start, max(end, start)
     letters = None
     if chars:
-        letters = [Span(c, min(max(at(i), start), end), min(max(at(i + 1), start), end))
-                   for i, c in enumerate(text) if not c.isspace()]
+        letters = []
+        for (a, b, shown), span in zip(labelled, out, strict=True):
+            if shown == text[a:b]:
+                letters += [Span(c, min(max(at(i), start), end), min(max(at(i + 1), start), end))
+                            for i, c in enumerate(text[a:b], a) if not c.isspace()]
+            else:  # a substituted word: its written letters share its span evenly
+                shown_letters = [c for c in shown if not c.isspace()]
+                width = (span.end_samples - span.start_samples) / max(len(shown_letters), 1)
+                letters += [Span(c, span.start_samples + round(n * width), span.start_samples + round((n + 1) * width))
+                            for n, c in enumerate(shown_letters)]
     return out, letters

@@ -25,6 +25,7 @@ from dataclasses import replace
 from server.engine.types import ChunkAudio, ChunkTokens, Finished, Progress, SynthesisRequest, VoicePrompt
 from server.errors import ServiceError
 from server.timestamps.clock import WordClock
+from server.timestamps.model_words import AsWritten
 from server.turns.audio_cap import AudioCap
 from server.turns.events import TurnAccepted, TurnAudio, TurnEnd, TurnEvent, TurnProgress, TurnWords
 from server.turns.request import TurnRequest
@@ -49,6 +50,7 @@ class Turn:
         self.on_ready = on_ready
         self.accepted: TurnAccepted | None = None
         self.spoken: str | None = None  # the text as synthesised (lexicon, normalisation)
+        self.as_written = AsWritten()  # the lexicon's substitutions: word timestamps show what was written
         self.voice: VoicePrompt | None = None
         self.kept: KeptVoice | None = None
         self.words: WordClock | None = None
@@ -123,7 +125,8 @@ class Turn:
                 self.voice = await self.service.voices.resolve(
                     r.voice, r.reference.audio if r.reference else None, r.reference.text if r.reference else None,
                     r.owner)
-            self.spoken = await self.service.text.prepare(r.text, r.language, r.normalize, r.voice, r.text_field)
+            spoken = await self.service.text.prepare_spoken(r.text, r.language, r.normalize, r.voice, r.text_field)
+            self.spoken, self.as_written = spoken.text, AsWritten(spoken.as_written)
             self.ready.set()
             if self.on_ready is not None:
                 self.on_ready()
@@ -149,7 +152,7 @@ class Turn:
             request_id=r.request_id, text=text, language=r.language, instruct=r.instruct, voice=voice,
             options=r.options, stream=r.stream, received_at=r.received_at, due_at=due_at, progress=r.progress)
         self.kept = self.service.keeper(r.owner) if r.keep_voice else None
-        self.words = WordClock(r.client_id, r.timestamps) if r.timestamps else None
+        self.words = WordClock(r.client_id, r.timestamps, self.as_written) if r.timestamps else None
         self._submitting = True
         accepted = await self.service.submit(request, self._on_engine_event, r.endpoint, self._on_tokens,
                                              segment=r.segment)
