@@ -3,7 +3,8 @@
 A request or stream with `keep_voice` gets a `KeptVoice` ticket. Its first chunk's finished
 tokens (and that chunk's text: together, a voice prompt, as the reference's long-text
 chunking uses its first chunk for the rest) are stored in the voice library as soon as they
-are done, while the rest is still being made, so `done` (or the HTTP response's headers) can
+are done (from a chunk under two seconds, the speaker without its speaking rate:
+`server.voices.pace`), while the rest is still being made, so `done` (or the HTTP response's headers) can
 name the voice without waiting for a write. A stream in automatic or design mode already takes
 its first segment as the voice of the rest: the kept voice is that very prompt.
 
@@ -27,6 +28,7 @@ import numpy as np
 
 from server.engine.types import ChunkTokens
 from server.voices import VoiceLibrary
+from server.voices.pace import sets_pace
 from server.voices.store import Owner
 
 log = logging.getLogger("chorus.voices")
@@ -41,14 +43,15 @@ class KeepPolicy:
     max_per_owner: int = 100
 
 
-def voice_blob(tokens: np.ndarray, text: str) -> bytes:
-    """A stored voice from a chunk's tokens, in `server.engine.voice_codec`'s layout, written
-    from numpy (the web layer has no torch). `rms` is NaN: none, as for chained chunks."""
+def voice_blob(tokens: np.ndarray, text: str, sets_pace: bool = True) -> bytes:
+    """A stored voice from a chunk's tokens, in `server.engine.model.voice_codec`'s layout,
+    written from numpy (the web layer has no torch). `rms` is NaN: none, as for chained chunks;
+    `sets_pace` false where the chunk is too short to say how fast the voice speaks."""
     if tokens.ndim != 2 or tokens.size == 0:
         raise ValueError(f"voice tokens must be (codebooks, frames), got shape {tokens.shape}")
     buf = io.BytesIO()
     np.savez(buf, format=np.array(FORMAT_VERSION, dtype=np.int64), tokens=tokens.astype(np.int16),
-             text=np.array(text), rms=np.array(np.nan, dtype=np.float64))
+             text=np.array(text), rms=np.array(np.nan, dtype=np.float64), sets_pace=np.array(sets_pace))
     return buf.getvalue()
 
 
@@ -81,7 +84,7 @@ class KeptVoice:
         return self._task is not None
 
     async def _store(self, tokens: np.ndarray, text: str) -> str:
-        blob = voice_blob(tokens, text.strip())
+        blob = voice_blob(tokens, text.strip(), sets_pace(tokens.shape[-1], self.frame_rate))
         expires_at = int(time.time() + self.policy.ttl_seconds)
         info = await asyncio.to_thread(self.store.add_kept, text.strip(), tokens.shape[-1] / self.frame_rate,
                                        blob, expires_at, self.owner, self.policy.max_kept, self.policy.max_per_owner)

@@ -75,3 +75,18 @@ def test_word_timestamps_show_the_word_as_written_where_the_lexicon_spoke_it_oth
     finally:
         for entry in added:
             httpx.delete(f"{server.url}/v1/pronunciations/{entry}")
+
+
+def test_a_voice_kept_from_a_short_first_sentence_keeps_its_speaker_not_its_pace(server):
+    """A kept voice from "Sure!" (about a second) would plan later text about three times too
+    long if its rate were taken from so little audio: it gives the speaker only."""
+    kept = asyncio.run(stream_once(server.ws_url, ["Sure! "], keep_voice=True, options=FAST)).end
+    assert kept["type"] == "done", kept
+    text = "You are booked for tomorrow at nine in the morning."
+
+    async def planned(**fields) -> float:
+        outcome = await request_once(server.ws_url, "p", text, options=FAST, **fields)
+        return sum(outcome.of("accepted")[0]["target_seconds"])
+
+    with_voice, without = asyncio.run(planned(voice=kept["voice_id"])), asyncio.run(planned())
+    assert abs(with_voice - without) <= 0.25 * without, (with_voice, without)
