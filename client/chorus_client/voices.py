@@ -38,8 +38,9 @@ class Voice:
     text: str | None
     seconds: float | None
     created_at: Any = None
+    builtin: bool = False  # one of OpenAI's names (alloy...): made by the server, not deletable
     kept: bool = False  # made by a request's `keep_voice`
-    expires_at: Any = None
+    expires_at: Any = None  # unix seconds, when a kept voice goes (None for the others)
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -52,7 +53,8 @@ class Voice:
             raise Malformed("'id' is empty")
         return cls(id=voice_id, name=typed(body, "name", TEXT, None), text=typed(body, "text", TEXT, None),
                    seconds=typed(body, "seconds", NUMBER, None), created_at=body.get("created_at"),
-                   kept=typed(body, "kept", (bool,), False), expires_at=body.get("expires_at"), raw=body)
+                   builtin=typed(body, "builtin", (bool,), False), kept=typed(body, "kept", (bool,), False),
+                   expires_at=body.get("expires_at"), raw=body)
 
 
 def voice_path(voice_id: str) -> str:
