@@ -46,7 +46,11 @@ def expand_devices(device: str) -> list[str]:
 
 
 class EnginePool:
-    def __init__(self, engines: list[EngineLoop], max_audio_seconds_inflight: float | None = None):
+    """The engine API the web layer uses, over one engine per device: it routes each request to
+    one engine and answers for all of them (`sample_rate`, `frame_rate`, `model_name`: every
+    engine serves the same model); `engines` lists them, for metrics and stats."""
+
+    def __init__(self, engines: list[EngineLoop | EngineProcess], max_audio_seconds_inflight: float | None = None):
         if not engines:
             raise ValueError("an engine pool needs at least one engine")
         self.engines = engines
@@ -62,7 +66,7 @@ class EnginePool:
         there are several devices: one GIL per GPU), else a thread of this one."""
         devices = expand_devices(settings.device)
         own_process = settings.engine_processes if settings.engine_processes is not None else len(devices) > 1
-        engines = []
+        engines: list[EngineLoop | EngineProcess] = []
         for index, device in enumerate(devices):
             one = replace(settings, device=device)
             if own_process:
@@ -77,7 +81,13 @@ class EnginePool:
 
     @property
     def sample_rate(self) -> int:
+        """Samples per second of the audio every engine sends."""
         return self.engines[0].sample_rate
+
+    @property
+    def frame_rate(self) -> int:
+        """Codec frames per second of audio: a voice's or a chunk's tokens to seconds."""
+        return self.engines[0].frame_rate
 
     @property
     def model_name(self) -> str:
