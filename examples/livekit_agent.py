@@ -2,16 +2,16 @@
 spoken through `chorus_client.livekit.TTS`'s streaming API, turn after turn, with a
 barge-in (the stream closed mid-answer).
 
-    pip install "chorus-client[livekit]"
+    pip install "./client[livekit]"       # from a Chorus checkout
     python examples/livekit_agent.py http://127.0.0.1:8000 --out agent.wav
 
 Here a scripted LLM writes the answers and the audio frames are collected. In a real
 agent, hand the TTS to the session and let LiveKit drive it:
 
+    from chorus_client import livekit as chorus
     from livekit.agents import AgentSession
-    from livekit.agents.types import USERDATA_TIMED_TRANSCRIPT
+    from livekit.plugins import openai
 
-from chorus_client import livekit as chorus
     session = AgentSession(stt=..., llm=openai.LLM(model="gpt-4o-mini"), tts=chorus.TTS(url=URL, voice=VOICE))
 
 `AgentSession` then calls `tts.stream()` per reply, pushes the LLM's tokens and closes the

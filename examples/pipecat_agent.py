@@ -1,7 +1,7 @@
 """A voice agent in Pipecat with Chorus as its TTS: an LLM's answers, token by token, go
 through `ChorusTTSService` and come out as audio frames, turn after turn, with a barge-in.
 
-    pip install "chorus-client[pipecat]"
+    pip install "./client[pipecat]"       # from a Chorus checkout
     python examples/pipecat_agent.py http://127.0.0.1:8000 --out agent.wav
 
 Here a scripted LLM writes the answers and a sink collects the audio. For a real agent,

@@ -2,8 +2,13 @@
 while the LLM writes it (`client.stream()`: append, close), turn after turn in one voice,
 and the user can barge in (`cancel()`); captions come from the `Segment` events.
 
-    pip install chorus-client
+    pip install ./client                  # from a Chorus checkout
     python examples/voice_agent.py http://127.0.0.1:8000 --out agent.wav
+
+One voice: the first turn's stream sets `keep_voice`, so the speaker the model picks for it
+is kept as a voice (`Done.voice_id`, `kept-...`), and every later turn names that id as its
+`voice`. With `--voice` (a built-in voice such as `alloy`, or a library voice's id or name)
+every turn speaks with that voice instead, and nothing is kept.
 
 The LLM here is scripted (`scripted_llm`, from `examples/agent_kit`). To plug a real one in,
 put an async generator of its stream's text deltas where `speak_turn` calls `scripted_llm`,
@@ -29,10 +34,12 @@ ANSWERS = [
 
 
 async def speak_turn(client: ChorusClient, answer: str, *, voice: str | None, barge_in: bool,
-                     options: SynthesisOptions) -> bytes:
-    """Stream one answer in; with `barge_in`, cancel it once its first audio arrives."""
+                     options: SynthesisOptions) -> tuple[bytes, str | None]:
+    """Stream one answer in, with `voice`, or keeping the speaker it gets when there is none;
+    with `barge_in`, cancel it once its first audio arrives. Returns its audio and the voice
+    the next turns speak with."""
     audio = bytearray()
-    async with client.stream(voice=voice, options=options) as stream:
+    async with client.stream(voice=voice, keep_voice=True if voice is None else None, options=options) as stream:
 
         async def write() -> None:
             async for piece in scripted_llm(answer):
@@ -49,11 +56,13 @@ async def speak_turn(client: ChorusClient, answer: str, *, voice: str | None, ba
             elif isinstance(event, Segment):
                 print(f"  {event.offset_samples / client.ready.sample_rate:6.2f} s  {event.text}")
             elif isinstance(event, Done):
-                print(f"  done: {event.audio_seconds:.2f} s")
+                kept = f", voice kept as {event.voice_id}" if voice is None and event.voice_id else ""
+                print(f"  done: {event.audio_seconds:.2f} s{kept}")
+                voice = voice or event.voice_id
             else:
                 print(f"  {type(event).__name__.lower()}")
         writer.cancel()
-    return bytes(audio)
+    return bytes(audio), voice
 
 
 async def run(url: str, out: str | None, voice: str | None, num_step: int) -> None:
@@ -62,8 +71,11 @@ async def run(url: str, out: str | None, voice: str | None, num_step: int) -> No
         options = SynthesisOptions(num_step=num_step, seed=7)
         audio = bytearray()
         for turn, answer in enumerate(ANSWERS):
-            print(f"turn {turn}:")
-            audio += await speak_turn(client, answer, voice=voice, barge_in=turn == 1, options=options)
+            print(f"turn {turn} ({f'voice {voice}' if voice else 'keep_voice'}):")
+            spoken, voice = await speak_turn(client, answer, voice=voice, barge_in=turn == 1, options=options)
+            audio += spoken
+            if voice is None:
+                raise SystemExit("the server kept no voice (no voice_id in done): pass --voice")
     if out:
         save_wav(out, ready.sample_rate, bytes(audio))
         print(f"saved {out}")

@@ -1,6 +1,6 @@
 """Speak one text over Chorus's WebSocket with `chorus-client` and save it as a WAV file.
 
-    pip install chorus-client
+    pip install ./client                  # from a Chorus checkout
     python examples/ws_client.py http://127.0.0.1:8000 "Hello there. How are you?" --out hello.wav
 
 Prints each event as it arrives (accepted, progress, audio chunks, done).

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 import wave
@@ -39,6 +40,16 @@ def test_example_runs(name, chorus_url, tmp_path):
     with wave.open(str(out)) as w:
         assert w.getnframes() > w.getframerate() // 2  # at least half a second of audio
     assert run.stdout.strip()
+    if name == "openai_client.py":  # its instructions map whole: said as used, nothing ignored
+        assert "instructions used: whisper, british accent" in run.stdout, run.stdout
+        assert "ignored" not in run.stdout, run.stdout
+    if name == "voice_agent.py":  # one voice: the first turn keeps it, the later turns name it
+        kept = re.findall(r"voice kept as (kept-\S+)", run.stdout)
+        assert len(kept) == 1, run.stdout
+        assert re.findall(r"^turn \d+ \((.*)\):$", run.stdout, re.M) == ["keep_voice", f"voice {kept[0]}",
+                                                                      f"voice {kept[0]}"], run.stdout
+    if "pip install" in (source := (ROOT / "examples" / name).read_text()):  # as a checkout installs it
+        assert "chorus-client" not in " ".join(re.findall(r"pip install (.*)", source)), name
 
 
 def test_every_example_is_tested():
