@@ -73,7 +73,7 @@ class ServerConfig:
     max_references_bytes: int = 64 * 1024 * 1024  # one-shot references (base64) being prepared, server-wide
     max_voice_encodes: int | None = None  # reference clips encoded at once, server-wide; None: 2 per engine
     normalize_workers: int = 2  # processes running `normalize_text`'s grammars (started at first use)
-    normalize_seconds: float = 30.0  # worker seconds one text's normalisation may take
+    normalize_seconds: float = 30.0  # CPU seconds the workers may spend on one text
     max_pronunciations: int = 2000  # lexicon entries, all voices together
     max_voices: int = 1000  # voices in the library
     max_voices_bytes: int = 256 * 1024 * 1024  # stored voice data, all voices together

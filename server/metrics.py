@@ -1,4 +1,4 @@
-"""Prometheus metrics: one registry per app, so tests can run many apps in one process.
+"""Prometheus metrics: one registry per app, so several apps can share one process.
 
 Request-level numbers are counted as requests end; engine-level ones (queue depth, items
 in flight, packed tokens and latency per step) are read from each engine's stats and step

@@ -108,6 +108,6 @@ def audio_frame(header: AudioHeader, payload: bytes) -> bytes:
 
 
 def split_audio_frame(frame: bytes) -> tuple[dict[str, Any], bytes]:
-    """Inverse of `audio_frame` (for clients and tests)."""
+    """Inverse of `audio_frame`: a client reads a binary frame with it."""
     (n,) = struct.unpack(">I", frame[:4])
     return msgspec.json.decode(frame[4 : 4 + n]), frame[4 + n :]
