@@ -15,11 +15,11 @@ import httpx
 import numpy as np
 import pytest
 
-from server.engine.types import ChunkAudio
 from server.metrics import Metrics
 from server.streaming import playback as playback_module
 from server.streaming.pieces import Segment
 from server.streaming.playback import PlaybackClock, StreamPlayback
+from server.turns.events import TurnAudio
 from server.wire import messages as p
 from tests.support.chorus_client import Session, metric_value
 
@@ -45,16 +45,25 @@ def test_a_late_segment_is_an_underrun_on_metrics(monkeypatch):
     monkeypatch.setattr(playback_module, "time", SimpleNamespace(perf_counter=lambda: now[0]))
     metrics = Metrics()
     sent: list[bytes] = []
-    out = StreamPlayback("s1", "pcm_s16le", None, RATE, lambda msg: None, lambda data, s: sent.append(data),
-                         metrics.stream_late)
-    segments = [Segment(0, "One.", "c/s1/0"), Segment(1, "Two.", "c/s1/1")]
-    second = np.zeros(RATE, dtype=np.float32)
-    out.audio(segments, segments[1], ChunkAudio("c/s1/1", 0, second, RATE, True))  # held: not the head
-    assert not sent
-    out.audio(segments, segments[0], ChunkAudio("c/s1/0", 0, np.zeros(RATE, dtype=np.float32), RATE, True))
-    segments[0].finished = True
-    now[0] = 101.3  # playback reached the second segment at 101.0
-    out.advance(segments)
+
+    async def play() -> StreamPlayback:
+        out = StreamPlayback("s1", "pcm_s16le", None, RATE, lambda msg: None, lambda data, s: sent.append(data),
+                             metrics.stream_late)
+        segments = [Segment(0, "One.", turn=None), Segment(1, "Two.", turn=None)]  # type: ignore[arg-type]
+        second = np.zeros(RATE, dtype=np.float32)
+        out.audio(segments, segments[1], TurnAudio(0, second, RATE, True))  # held: not the head
+        await out.drained()
+        assert not sent
+        out.audio(segments, segments[0], TurnAudio(0, np.zeros(RATE, dtype=np.float32), RATE, True))
+        await out.drained()
+        segments[0].finished = True
+        now[0] = 101.3  # playback reached the second segment at 101.0
+        out.advance(segments)
+        await out.drained()
+        out.stop(segments)
+        return out
+
+    out = asyncio.run(play())
     headers = [p.split_audio_frame(frame)[0] for frame in sent]
     assert [(h["segment"], h["offset_samples"]) for h in headers] == [(0, 0), (1, RATE)]
     assert out.clock.underruns == 1
