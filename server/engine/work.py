@@ -1,9 +1,11 @@
 """The units of work every room of the engine shares.
 
 A request's plan (`RequestPlan`: its text chunks and their lengths), its engine-side state
-(`RequestState`), and each chunk as an `Utterance`: one canvas (`CanvasItem`) stepping through its
-own schedule with its own random generator. Planning makes them, the scheduler queues them, the
-model steps them and the runtime finishes them.
+(`RequestState`), and each chunk as an `Utterance`: its frozen spec (`ChunkSpec`: who it is,
+its unmask schedule, when it is due), its canvas (`CanvasItem`) and its own random generator,
+stepping through the schedule. Planning makes them, the scheduler queues them (through the
+`Schedulable` face: `scheduling/schedulable.py`), the model steps them and the runtime finishes
+them.
 """
 
 from __future__ import annotations
@@ -27,10 +29,44 @@ class ChunkPlan:
 class RequestPlan:
     language: str | None
     instruct: str | None
-    chunks: list[ChunkPlan]
+    chunks: tuple[ChunkPlan, ...]
     # speed used to estimate chunk lengths (the reference's `task.speed` entry, or None)
     chunk_speed: float | None
     chained: bool  # no voice and several chunks: chunk 0 becomes the others' reference
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "chunks", tuple(self.chunks))  # frozen all the way down
+
+    def frames_before(self, chunk_index: int) -> int:
+        """Planned audio frames of the chunks before `chunk_index`."""
+        return sum(chunk.target_len for chunk in self.chunks[:chunk_index])
+
+
+@dataclass(frozen=True)
+class ChunkDue:
+    """What a chunk's deadline is reckoned from, fixed when it is built (`scheduling/deadlines.py`
+    reckons it; the request's first audio, which moves a later chunk's, is read live)."""
+
+    whole: bool  # a whole-file request: due its whole audio's length after arrival
+    arrived_at: float  # perf_counter: the request's arrival (`RequestState.submitted_at`)
+    hint: float | None  # `SynthesisRequest.due_at`: when playback will reach the request
+    chunk_index: int
+    frames_before: int  # planned audio of the request's chunks before this one
+    frames_total: int  # planned audio of the whole request
+    num_step: int  # steps per chunk: chunk 0's time before its audio, while none is out
+
+
+@dataclass(frozen=True)
+class ChunkSpec:
+    """One chunk as planning leaves it: whose it is, in which order it arrived, its knobs, its
+    unmask schedule (tokens revealed at each step) and its deadline's terms."""
+
+    request_id: str
+    chunk_index: int
+    arrival: int  # the request's place in arrival order (`RequestState.seq`)
+    options: GenerationOptions
+    schedule: tuple[int, ...]
+    due: ChunkDue
 
 
 @dataclass
@@ -133,27 +169,65 @@ class RequestState:
 
 @dataclass
 class Utterance:
-    """One text chunk of a request: one canvas, stepping through its own schedule."""
+    """One text chunk of a request at work: its spec, its live canvas and random stream, and the
+    steps it has taken. It is `Schedulable` (key, packed length, steps left, due)."""
 
     state: RequestState
-    chunk_index: int
+    spec: ChunkSpec
     item: CanvasItem
-    schedule: tuple[int, ...]
     generator: torch.Generator
-    step: int = 0
+    step: int = 0  # steps taken: the index into `schedule` of the next one
+
+    # ---- what the scheduler orders and packs it by ----------------------------------------
 
     @property
-    def options(self) -> GenerationOptions:
-        return self.state.request.options
+    def key(self) -> tuple[int, int]:
+        """Arrival order: the request's, then the chunk's within it."""
+        return self.spec.arrival, self.spec.chunk_index
 
     @property
-    def num_step(self) -> int:
-        return self.options.num_step
+    def request_id(self) -> str:
+        return self.spec.request_id
 
     @property
-    def finished(self) -> bool:
-        return self.step >= self.num_step
+    def chunk_index(self) -> int:
+        return self.spec.chunk_index
 
     @property
     def packed_len(self) -> int:
         return self.item.packed_len
+
+    @property
+    def steps_left(self) -> int:
+        return self.num_step - self.step
+
+    @property
+    def due(self) -> ChunkDue:
+        return self.spec.due
+
+    @property
+    def first_audio_at(self) -> float | None:
+        """When the request's first audio went out (None: not yet)."""
+        return self.state.first_audio_at
+
+    def advance(self) -> None:
+        """One more step taken."""
+        self.step += 1
+
+    # ---- what a step reads ---------------------------------------------------------------
+
+    @property
+    def options(self) -> GenerationOptions:
+        return self.spec.options
+
+    @property
+    def schedule(self) -> tuple[int, ...]:
+        return self.spec.schedule
+
+    @property
+    def num_step(self) -> int:
+        return self.spec.options.num_step
+
+    @property
+    def finished(self) -> bool:
+        return self.step >= self.num_step

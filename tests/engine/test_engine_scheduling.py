@@ -188,12 +188,18 @@ def test_stop_cancels_what_is_left(model):
 
 
 class _FakeUtt:
+    """What the scheduler sees of a chunk (`Schedulable`); `state.seq` names it in the asserts."""
+
     def __init__(self, seq, chunk, n, steps=4):
         self.state = type("S", (), {"seq": seq, "request_id": f"r{seq}"})()
-        self.chunk_index = chunk
+        self.key, self.request_id, self.chunk_index = (seq, chunk), f"r{seq}", chunk
         self.packed_len = n
-        self.num_step = steps
-        self.step = 0
+        self.steps_left = steps
+        self.first_audio_at = None
+        self.due = None  # FIFO never reads it
+
+    def advance(self):
+        self.steps_left -= 1
 
 
 def test_scheduler_is_fifo_and_blocks_behind_a_waiting_head():

@@ -17,6 +17,7 @@ import torch
 from server.engine.scheduling import deadlines
 from server.engine.scheduling.output import LaunchedPart, LaunchedStep
 from server.engine.scheduling.scheduler import AHEAD_STEP_FACTOR, Scheduler
+from server.engine.work import ChunkDue
 
 FRAME_RATE = 25
 STEP_S = 0.05
@@ -42,16 +43,34 @@ class Request:
 
 
 class Utt:
+    """What the scheduler reads of an utterance (`Schedulable`); `state` is its request's."""
+
     def __init__(self, request: Request, index: int, packed_len: int):
         self.state = request.state
         self.chunk_index = index
         self.packed_len = packed_len
         self.num_step = request.num_step
         self.step = 0
+        state, frames = request.state, [c.target_len for c in request.state.plan.chunks]
+        self.key, self.request_id = (state.seq, index), state.request_id
+        self.due = ChunkDue(whole=state.request.stream == "whole", arrived_at=state.submitted_at,
+                            hint=state.request.due_at, chunk_index=index, frames_before=sum(frames[:index]),
+                            frames_total=sum(frames), num_step=self.num_step)
+
+    @property
+    def first_audio_at(self) -> float | None:
+        return self.state.first_audio_at
+
+    @property
+    def steps_left(self) -> int:
+        return self.num_step - self.step
 
     @property
     def finished(self) -> bool:
         return self.step >= self.num_step
+
+    def advance(self) -> None:
+        self.step += 1
 
     def __repr__(self) -> str:
         return f"{self.state.request_id}#{self.chunk_index}"
@@ -69,7 +88,7 @@ def run_step(s: Scheduler, now: float):
     batch = s.schedule(now=now)
     part = LaunchedPart(list(batch.utts), torch.ones(len(batch.utts), dtype=torch.bool),
                         [u.step + 1 for u in batch.utts])
-    s.advance(LaunchedStep(parts=[part], items=len(batch.utts)))
+    s.advance(LaunchedStep(parts=[part], items=len(batch.utts)).stepped)
     return batch
 
 

@@ -1,5 +1,6 @@
 """The scheduler with no model: utterance stand-ins, and launched steps built by hand
-(the runner's `LaunchedStep`), as the engine loop would pass them."""
+(the runner's `LaunchedStep`), whose stepped utterances go to `advance` as the engine loop
+passes them."""
 
 from __future__ import annotations
 
@@ -12,24 +13,34 @@ from server.engine.scheduling.scheduler import Scheduler
 
 
 class Utt:
-    """What the scheduler reads of an utterance."""
+    """What the scheduler reads of an utterance (`Schedulable`), FIFO's share of it."""
 
     def __init__(self, seq: int, chunk: int, packed_len: int, num_step: int = 3, rid: str | None = None):
         self.state = SimpleNamespace(seq=seq, request_id=rid or f"r{seq}")
+        self.key, self.request_id = (seq, chunk), self.state.request_id
         self.chunk_index = chunk
         self.packed_len = packed_len
         self.num_step = num_step
         self.step = 0
+        self.due, self.first_audio_at = None, None  # FIFO reads no deadline
+
+    @property
+    def steps_left(self) -> int:
+        return self.num_step - self.step
 
     @property
     def finished(self) -> bool:
         return self.step >= self.num_step
 
+    def advance(self) -> None:
+        self.step += 1
 
-def launched(utts, failed=()) -> LaunchedStep:
-    """A step in which `utts` ran (one forward), as the runner reports it."""
+
+def launched(utts, failed=()) -> list:
+    """The utterances a step in which `utts` ran (one forward) moved on: the runner's
+    `LaunchedStep.stepped`, as the engine loop hands it to `advance`."""
     part = LaunchedPart(list(utts), torch.ones(len(utts), dtype=torch.bool), [u.step + 1 for u in utts])
-    return LaunchedStep(parts=[part], failed=list(failed), items=len(utts))
+    return LaunchedStep(parts=[part], failed=list(failed), items=len(utts)).stepped
 
 
 def test_advance_moves_each_stepped_utterance_once_and_retires_the_done():

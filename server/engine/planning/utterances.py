@@ -12,9 +12,10 @@ import numpy as np
 import torch
 
 from server.engine.planning.prefix_tokens import prefix_tokenizer
+from server.engine.reference import ReferenceModel
 from server.engine.types import VoicePrompt
 from server.engine.upstream_names import combine_text, get_time_steps
-from server.engine.work import CanvasItem, RequestState, Utterance
+from server.engine.work import CanvasItem, ChunkDue, ChunkSpec, RequestState, Utterance
 
 _U64 = (1 << 64) - 1
 
@@ -55,7 +56,7 @@ def _prefix_strings(text: str, ref_text: str | None, has_ref: bool, language: st
     return style, f"<|text_start|>{combine_text(ref_text=ref_text, text=text)}<|text_end|>"
 
 
-def text_prefix_ids(model, text: str, ref_text: str | None, has_ref: bool, language: str | None,
+def text_prefix_ids(model: ReferenceModel, text: str, ref_text: str | None, has_ref: bool, language: str | None,
                     instruct: str | None, denoise: bool) -> torch.Tensor:
     """Style and text token ids (1-D, CPU), exactly as `_prepare_inference_inputs` makes them.
 
@@ -73,7 +74,18 @@ def _to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
     return tensor.pin_memory().to(device, non_blocking=True)
 
 
-def build_utterance(model, state: RequestState, chunk_index: int, ref: VoicePrompt | None,
+def chunk_spec(state: RequestState, chunk_index: int, num_codebooks: int) -> ChunkSpec:
+    """The frozen spec of one planned chunk: its knobs, its unmask schedule, its deadline's terms."""
+    opts = state.request.options
+    plan = state.plan
+    due = ChunkDue(whole=state.request.stream == "whole", arrived_at=state.submitted_at, hint=state.request.due_at,
+                   chunk_index=chunk_index, frames_before=plan.frames_before(chunk_index),
+                   frames_total=plan.frames_before(len(plan.chunks)), num_step=opts.num_step)
+    schedule = unmask_schedule(plan.chunks[chunk_index].target_len, num_codebooks, opts.num_step, opts.t_shift)
+    return ChunkSpec(state.request_id, chunk_index, state.seq, opts, schedule, due)
+
+
+def build_utterance(model: ReferenceModel, state: RequestState, chunk_index: int, ref: VoicePrompt | None,
                     device: torch.device) -> Utterance:
     """One chunk's canvas: the reference's layout (style, text, reference audio, MASK target)."""
     chunk = state.plan.chunks[chunk_index]
@@ -102,8 +114,7 @@ def build_utterance(model, state: RequestState, chunk_index: int, ref: VoiceProm
     )
     generator = torch.Generator(device=device)
     generator.manual_seed(chunk_seed(state.seed, chunk_index))
-    schedule = unmask_schedule(chunk.target_len, num_codebooks, opts.num_step, opts.t_shift)
-    return Utterance(state=state, chunk_index=chunk_index, item=item, schedule=schedule, generator=generator)
+    return Utterance(state=state, spec=chunk_spec(state, chunk_index, num_codebooks), item=item, generator=generator)
 
 
 def _chunk_reference(state: RequestState, chunk_index: int) -> tuple[str | None, int, bool]:
@@ -122,7 +133,7 @@ def _packed_len(state: RequestState, chunk_index: int, n_text: int, ref_len: int
     return cond + (chunk.target_len if state.request.options.guidance_scale != 0 else 0)
 
 
-def packed_len_of(model, state: RequestState, chunk_index: int) -> int:
+def packed_len_of(model: ReferenceModel, state: RequestState, chunk_index: int) -> int:
     """Exact packed length of a chunk before its canvas exists (budget check at submission)."""
     chunk = state.plan.chunks[chunk_index]
     ref_text, ref_len, has_ref = _chunk_reference(state, chunk_index)

@@ -65,9 +65,9 @@ class EngineLoop:
         self.runner = StepRunner.for_model(model, settings.attention, settings.max_packed_tokens, settings.quantize,
                                            settings.graph_max_tokens)
         self.frame_rate: int = model.audio_tokenizer.config.frame_rate
-        self.scheduler = Scheduler(settings.max_batch_size, settings.max_packed_tokens, settings.scheduling,
-                                   self.frame_rate, urgent_step_tokens=settings.urgent_step_tokens,
-                                   admission=settings.realtime_admission)
+        self.scheduler: Scheduler[Utterance] = Scheduler(
+            settings.max_batch_size, settings.max_packed_tokens, settings.scheduling, self.frame_rate,
+            urgent_step_tokens=settings.urgent_step_tokens, admission=settings.realtime_admission)
         self.codec = Codec(model)
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self.voice_encoder = VoiceEncoder(self.codec, self.device)
@@ -267,7 +267,7 @@ class EngineLoop:
         launched = self.runner.run(batch, self._steps)
         # back to back: the previous step was still in flight (none is after the engine idled)
         launched.interval, self._last_launch = (now - self._last_launch if self._inflight else None), now
-        self.scheduler.advance(launched)
+        self.scheduler.advance(launched.stepped)
         for failure in launched.failed:
             self._finish(failure.utt.state, "error", f"the engine failed on this request: {failure.error}")
         self._inflight.append(launched)

@@ -7,17 +7,18 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Generic, NamedTuple
 
 import torch
 
+from server.engine.scheduling.schedulable import S
 from server.engine.work import Utterance
 
 
-class ScheduledBatch(NamedTuple):
+class ScheduledBatch(NamedTuple, Generic[S]):
     """The utterances of the next step, and how many of them joined at this boundary."""
 
-    utts: list[Utterance]
+    utts: list[S]
     admitted: int
 
 
@@ -85,7 +86,7 @@ class LaunchedStep:
 
 @dataclass(frozen=True)
 class StepRecord:
-    """One executed step, for tests and metrics."""
+    """One executed step: the step log's entry (metrics, `stats`), from its device time."""
 
     index: int
     items: int

@@ -12,20 +12,22 @@ from __future__ import annotations
 import bisect
 import time
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Generic
 
 from server.engine.scheduling import deadlines
 from server.engine.scheduling.headroom import Headroom, need
 from server.engine.scheduling.hold_budget import HOLD_SHARE, HoldBudget
-from server.engine.scheduling.output import LaunchedStep, ScheduledBatch
-from server.engine.types import RequestRejected
-from server.engine.work import Utterance
+from server.engine.scheduling.output import ScheduledBatch
+from server.engine.scheduling.schedulable import S
+from server.engine.types import RequestRejected, SynthesisRequest
 
 
 @dataclass(order=True)
-class _Waiting:
+class _Waiting(Generic[S]):
     key: tuple[int, int]
-    utt: Utterance = field(compare=False)
+    utt: S = field(compare=False)
 
 
 POLICIES = ("deadline", "fifo")
@@ -36,7 +38,9 @@ DECODE_HOLD_SLACK_S = 0.25  # while a due chunk decodes, chunks with more slack 
 DECODE_HOLD_MAX_S = 0.05  # a hold lasts at most this long, even if the decode's report is late
 
 
-class Scheduler:
+class Scheduler(Generic[S]):
+    """Holds `Schedulable` chunks (the engine's `Utterance`s) and hands back the ones to step."""
+
     def __init__(self, max_batch_size: int, max_packed_tokens: int, policy: str = "fifo", frame_rate: int = 25,
                  horizon_s: float = deadlines.HORIZON_S, urgent_step_tokens: int | None = None,
                  hold_share: float = HOLD_SHARE, admission: bool = False):
@@ -50,8 +54,8 @@ class Scheduler:
         self.urgent_step_tokens = urgent_step_tokens  # deadline: a step's size while urgent chunks run
         self.step_seconds = deadlines.DEFAULT_STEP_S  # a running average of measured steps
         self.paused_total = 0  # running chunks paused for urgent ones, ever
-        self.waiting: list[_Waiting] = []  # sorted by (request arrival, chunk index)
-        self.running: list[Utterance] = []
+        self.waiting: list[_Waiting[S]] = []  # sorted by (request arrival, chunk index)
+        self.running: list[S] = []
         self.awaited: dict[tuple[str, int], float] = {}  # due chunks being decoded: since when
         self.hold_budget = HoldBudget(DECODE_HOLD_MAX_S, hold_share)  # the share of time holds may idle
         self.headroom = Headroom(admission)  # what realtime promises leave free; refuses when clearly over
@@ -68,8 +72,8 @@ class Scheduler:
                 f"{self.max_packed_tokens} (shorten the text or lower duration)", field="text")
         return packed_len
 
-    def add(self, utt: Utterance) -> None:
-        bisect.insort(self.waiting, _Waiting((utt.state.seq, utt.chunk_index), utt))
+    def add(self, utt: S) -> None:
+        bisect.insort(self.waiting, _Waiting(utt.key, utt))
 
     def observe_step(self, seconds: float, tokens: int = 0) -> None:
         """A step's measured time (and packed tokens): the seconds-per-step that slack is
@@ -78,7 +82,7 @@ class Scheduler:
             self.step_seconds += 0.2 * (seconds - self.step_seconds)
         self.headroom.observe_step(tokens, seconds)
 
-    def admit_realtime(self, request, first_packed_len: int, now: float) -> None:
+    def admit_realtime(self, request: SynthesisRequest, first_packed_len: int, now: float) -> None:
         """A new line or stream turn (a streamed request with no `due_at`: not a stream's later
         segment, not a whole file): refused (`busy`) when the engine could not serve its first
         chunk without breaking the deadlines it holds (`Headroom.admit`)."""
@@ -90,10 +94,10 @@ class Scheduler:
         return sum(u.packed_len for u in self.running)
 
     @property
-    def waiting_utts(self) -> list[Utterance]:
+    def waiting_utts(self) -> list[S]:
         return [w.utt for w in self.waiting]
 
-    def await_decode(self, utt: Utterance, now: float) -> bool:
+    def await_decode(self, utt: S, now: float) -> bool:
         """`utt` has taken its last step: when its audio is due already (deadline policy,
         streamed) and the hold budget has credit, hold chunks with slack to spare until it is
         `decoded`. True if held."""
@@ -103,7 +107,7 @@ class Scheduler:
             return False
         if not self.hold_budget.start(now):
             return False
-        self.awaited[(utt.state.request_id, utt.chunk_index)] = now
+        self.awaited[(utt.request_id, utt.chunk_index)] = now
         return True
 
     def decoded(self, request_id: str, chunk_index: int, now: float | None = None) -> None:
@@ -125,16 +129,16 @@ class Scheduler:
         self._end_hold_if_idle(now)
         return bool(self.awaited)
 
-    def schedule(self, now: float | None = None) -> ScheduledBatch:
+    def schedule(self, now: float | None = None) -> ScheduledBatch[S]:
         """Admit by the policy; return the step's utterances and how many joined.
 
-        `now` (perf_counter seconds) is the deadline policy's clock; tests pass their own.
+        `now` (perf_counter seconds) is the deadline policy's clock, read here when not given.
         """
         if self.policy == "fifo":
             return self._schedule_fifo()
         return self._schedule_deadline(time.perf_counter() if now is None else now)
 
-    def _schedule_fifo(self) -> ScheduledBatch:
+    def _schedule_fifo(self) -> ScheduledBatch[S]:
         budget = self.max_packed_tokens - self.running_tokens
         admitted = 0
         while self.waiting and len(self.running) < self.max_batch_size:
@@ -147,19 +151,19 @@ class Scheduler:
             admitted += 1
         return ScheduledBatch(list(self.running), admitted)
 
-    def _schedule_deadline(self, now: float) -> ScheduledBatch:
+    def _schedule_deadline(self, now: float) -> ScheduledBatch[S]:
         everyone = self.running + self.waiting_utts
         slack = {id(u): deadlines.slack(u, now, self.step_seconds, self.frame_rate) for u in everyone}
         tier = {id(u): deadlines.tier(u, slack[id(u)], self.horizon_s) for u in everyone}
         by_need = lambda u: (tier[id(u)], slack[id(u)])
         self.headroom.demand = sum(  # due - now = slack + the steps left
-            need(u.packed_len, u.num_step - u.step, slack[id(u)] + (u.num_step - u.step) * self.step_seconds)
+            need(u.packed_len, u.steps_left, slack[id(u)] + u.steps_left * self.step_seconds)
             for u in everyone if tier[id(u)] != deadlines.BATCH)
         holding = self._holding(now)  # a due chunk decodes: only what cannot wait runs
         runs = lambda u: tier[id(u)] == deadlines.URGENT and not (holding and slack[id(u)] > DECODE_HOLD_SLACK_S)
         urgent = [u for u in self.running if runs(u)]  # not paused
         tokens = sum(u.packed_len for u in urgent)
-        joined: list[_Waiting] = []
+        joined: list[_Waiting[S]] = []
         blocked = False
         waiting = sorted(self.waiting, key=lambda w: (*by_need(w.utt), w.key))  # urgent first, least slack
         # 1. urgent waiting chunks, least slack first, into the whole budget (the running
@@ -178,7 +182,7 @@ class Scheduler:
         ahead = any(t == deadlines.AHEAD for t in tier.values())
         cap = self._cap(tokens if urgent else 0, ahead)
         keep = urgent[:]
-        paused: list[Utterance] = []
+        paused: list[S] = []
         for utt in sorted((u for u in self.running if not runs(u)), key=by_need):
             if not holding and tokens + utt.packed_len <= cap and len(keep) < self.max_batch_size:
                 keep.append(utt)
@@ -216,17 +220,18 @@ class Scheduler:
             return min(self.max_packed_tokens, AHEAD_STEP_FACTOR * self.urgent_step_tokens)
         return self.max_packed_tokens
 
-    def advance(self, step: LaunchedStep) -> list[Utterance]:
-        """Each utterance the step launched moved one step on; retire and return those done."""
+    def advance(self, stepped: Iterable[S]) -> list[S]:
+        """Each utterance a step launched (`LaunchedStep.stepped`) moved one step on; retire and
+        return those done."""
         done = []
-        for utt in step.stepped:
-            utt.step += 1
-            if utt.finished:
+        for utt in stepped:
+            utt.advance()
+            if utt.steps_left <= 0:
                 done.append(utt)
         self.retire(done)
         return done
 
-    def retire(self, utts: list[Utterance]) -> None:
+    def retire(self, utts: list[S]) -> None:
         gone = {id(u) for u in utts}
         self.running = [u for u in self.running if id(u) not in gone]
         self._forget_demand_if_idle()
@@ -237,8 +242,8 @@ class Scheduler:
 
     def drop_request(self, request_id: str, now: float | None = None) -> None:
         """Remove every utterance of a request (cancel / failure)."""
-        self.running = [u for u in self.running if u.state.request_id != request_id]
-        self.waiting = [w for w in self.waiting if w.utt.state.request_id != request_id]
+        self.running = [u for u in self.running if u.request_id != request_id]
+        self.waiting = [w for w in self.waiting if w.utt.request_id != request_id]
         self.awaited = {key: t for key, t in self.awaited.items() if key[0] != request_id}
         self._forget_demand_if_idle()
         self._end_hold_if_idle(time.perf_counter() if now is None else now)
