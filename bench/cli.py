@@ -165,18 +165,19 @@ def _profiles(model) -> dict:
     return out
 
 
-def _finite_runs(engine, model, specs) -> dict:
-    """The throughput mix with a finiteness check after every step, PDL as FlashInfer
-    chooses, then with PDL off in the eager kernels (captured graphs keep theirs)."""
+def _finite_runs(engine, tap, model, specs) -> dict:
+    """The throughput mix with a finiteness check after every step (in `tap`, the engine's
+    backbone), PDL as FlashInfer chooses, then with PDL off in the eager kernels (captured
+    graphs keep theirs)."""
     from bench.diagnose import FiniteCheck
     from bench.engine_bench import run_mix
 
     out = {}
-    ops = getattr(engine.backbone, "ops", None)
+    ops = getattr(tap.inner, "ops", None)
     for label, pdl in (("pdl_default", None), ("pdl_off", False)):
         if ops is not None and hasattr(ops, "pdl"):
             ops.pdl = pdl
-        check = FiniteCheck(engine, model)
+        check = FiniteCheck(tap, model)
         try:
             mix = run_mix(engine, specs, timed=False)
         finally:
@@ -191,7 +192,7 @@ def _finite_runs(engine, model, specs) -> dict:
     from bench.engine_bench import Sink, to_request
     from bench.mixes import RequestSpec, make_text
 
-    check = FiniteCheck(engine, model)
+    check = FiniteCheck(tap, model)
     rng = random.Random(17)
     sink = Sink()
     try:
@@ -212,9 +213,9 @@ def _fp8_runs(model, settings, specs) -> dict:
     from dataclasses import replace
 
     from bench import engine_bench as eb
-    from server.engine.runtime.loop import EngineLoop
+    from bench.observers import bench_engine
 
-    engine = EngineLoop(model, replace(settings, quantize="fp8"), "bench-fp8", random_checkpoint=True)
+    engine = bench_engine(model, replace(settings, quantize="fp8"), "bench-fp8", random_checkpoint=True)
     engine.start()
     try:
         eb.run_mix(engine, specs[:32], timed=False)  # warm-up
@@ -275,9 +276,12 @@ def main(argv: list[str] | None = None) -> int:
         print("chorus bench needs a CUDA GPU", file=sys.stderr)
         return 2
     from bench import engine_bench as eb, forward as fw, timeline
+    from bench.diagnose import BackboneTap
     from bench.mixes import mixed_knobs_mix, plain_mix
+    from bench.observers import bench_engine
     from server.checkpoint import load_omnivoice, make_checkpoint
     from server.config import EngineSettings
+    from server.engine.model.runner import backbone_for
     from server.engine.runtime.loop import EngineLoop
 
     run = Run(args, argv)
@@ -321,8 +325,11 @@ def main(argv: list[str] | None = None) -> int:
     settings = EngineSettings(device="cuda", dtype=args.dtype, max_batch_size=args.max_batch_size,
                               max_packed_tokens=args.max_packed_tokens, attention="auto",
                               graph_max_tokens=args.graph_max_tokens)
-    engine = EngineLoop(model, settings, "bench", model_name="omnivoice-random", random_checkpoint=True)
-    backbone = engine.backbone
+    # the backbone behind a tap, where the finiteness check runs for its scenario
+    backbone = backbone_for(model, settings.attention, settings.quantize, settings.graph_max_tokens)
+    tap = BackboneTap(backbone)
+    engine = bench_engine(model, settings, "bench", backbone=tap, model_name="omnivoice-random",
+                          random_checkpoint=True)
     run.put(("engine", "backbone"), {"class": type(backbone).__name__,
                                      "qk_rope_kernel": getattr(backbone, "qk_rope_kernel", None),
                                      "qk_rope_check_error": getattr(backbone, "qk_rope_check_error", None),
@@ -345,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
             from bench import diagnose as dg
 
             run.scenario("profile", ("diagnostics", "request_profile"), lambda: dg.profile_requests(engine))
-        run.scenario("finite_check", ("diagnostics", "finite_check"), lambda: _finite_runs(engine, model, specs))
+        run.scenario("finite_check", ("diagnostics", "finite_check"), lambda: _finite_runs(engine, tap, model, specs))
         thr = run.scenario("engine_throughput", ("engine", "throughput_256"), lambda: eb.run_mix(engine, specs))
         run.scenario("long", ("engine", "long_60s"), lambda: eb.long_text(engine))
         if "fp8" in run.wanted and args.dtype == "bfloat16":

@@ -1,9 +1,10 @@
 """Diagnostics that cost syncs (never part of a timed scenario).
 
-- `FiniteCheck` wraps the engine's backbone: after every step it checks the logits for
-  non-finite rows and, when it finds some, recomputes the same canvas every other way
-  (the same path again, eager, the reference modules with torch attention, the reference
-  forward, the culprit item alone) so the record says whose numbers went bad.
+- `FiniteCheck` runs in the engine's backbone (a `BackboneTap` the bench engine was made with):
+  after every step it checks the logits for non-finite rows and, when it finds some, recomputes
+  the same canvas every other way (the same path again, eager, the reference modules with torch
+  attention, the reference forward, the culprit item alone) so the record says whose numbers
+  went bad.
 - `profile_forward` groups the CUDA kernels of a packed forward by kind; `profile_requests`
   those of whole lone requests (steps, head, sampler, decode) as the engine runs them.
 - `profile_decode` says where a chunk's codec decode goes: wall time against kernel time and
@@ -31,27 +32,41 @@ def _finite(t: torch.Tensor) -> bool:
     return bool(torch.isfinite(t).all())
 
 
+class BackboneTap:
+    """A backbone that runs the one it wraps, or the check attached to it now (`FiniteCheck`):
+    what a bench engine is made with (`EngineLoop(..., backbone=)`) so a diagnostic can run in
+    its steps for a while. Everything else is the wrapped backbone's."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.check: FiniteCheck | None = None
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def __call__(self, canvas):
+        check = self.check
+        return self.inner(canvas) if check is None else check(canvas)
+
+
 class FiniteCheck:
-    def __init__(self, engine, model, limit: int = 6):
+    def __init__(self, tap: BackboneTap, model, limit: int = 6):
         from server.engine.kernels.attention.torch_backend import TorchAttention
         from server.engine.model.backbone import OmniVoiceBackbone
         from server.engine.model.fused_backbone import FusedBackbone
 
-        self.engine, self.model, self.limit = engine, model, limit
-        self.inner = engine.backbone
+        self.tap, self.model, self.limit = tap, model, limit
+        self.inner = tap.inner
         head_dim = self.inner.head_dim
         self.modules_torch = OmniVoiceBackbone(model, TorchAttention(head_dim ** -0.5))
         self.eager = FusedBackbone(model, self.inner.attention, self.inner.ops, graphs=False) \
             if isinstance(self.inner, FusedBackbone) else None
         self.steps = self.bad_steps = 0
         self.events: list[dict] = []
-        engine.backbone = self
+        tap.check = self
 
     def restore(self) -> None:
-        self.engine.backbone = self.inner
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
+        self.tap.check = None
 
     def __call__(self, canvas):
         from server.engine.model.cuda_graphs import choose_bucket

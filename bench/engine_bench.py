@@ -22,7 +22,10 @@ from bench.mixes import (
     plain_mix,
     poisson_arrivals,
 )
+from bench.observers import switchboard_of
 from bench.parity import captured_tokens
+from server.engine.model.step_observer import StepPhase
+from server.engine.runtime.observer import QuietObserver
 
 log = logging.getLogger("chorus.bench")
 
@@ -110,76 +113,58 @@ def random_voice(seconds: float = 5.0, seed: int = 0):
 # ---- stage timing -------------------------------------------------------------------------
 
 
-class StageTimer:
-    """Wraps the step runner's canvas build, backbone and sampler with CUDA events and host clocks
-    (no syncs added); decode times (to the audio on the host) and post-processing times come
-    from the finisher, which measures them where they run."""
+class StageTimer(QuietObserver):
+    """Times each forward's canvas build (host clock), backbone forward and sampler (CUDA events
+    and host clocks; no syncs added), and each chunk's decode (to the audio on the host) and
+    post-processing where they run, through the engine's observer port until `restore`."""
 
     def __init__(self, engine):
-        import server.engine.model.runner as runner_module
-
-        self.engine, self.runner_module = engine, runner_module
         self.records: list[dict] = []
         self.decode_ms: list[float] = []
-        self.post_ms: list[float] = []  # filled by restore()
-        self._post_seen = engine.finisher.post_jobs
-        self._decode_seen = engine.finisher.decode_jobs
-        self._orig = (runner_module.build_packed_canvas, engine.backbone, engine.runner.sampler.step)
-        build, backbone, sampler_step = self._orig
-        timer = self
-
-        def timed_build(items, *args, **kwargs):
-            t0 = time.perf_counter()
-            canvas = build(items, *args, **kwargs)
-            timer.records.append({"build_host": time.perf_counter() - t0, "tokens": canvas.total_len,
-                                  "items": len(items)})
-            return canvas
-
-        class TimedBackbone:
-            def __getattr__(self, name):
-                return getattr(backbone, name)
-
-            def __call__(self, canvas):
-                return self._timed(backbone, canvas)
-
-            def head_logits(self, canvas):  # the runner's call where the sampler scores half logits
-                return self._timed(getattr(backbone, "head_logits", backbone), canvas)
-
-            @staticmethod
-            def _timed(forward, canvas):
-                rec = timer.records[-1]
-                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                t0 = time.perf_counter()
-                e0.record()
-                out = forward(canvas)
-                e1.record()
-                rec.update(fwd_host=time.perf_counter() - t0, fwd_ev=(e0, e1))
-                return out
-
-        def timed_step(logits, canvas, utts):
-            rec = timer.records[-1]
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            t0 = time.perf_counter()
-            e0.record()
-            out = sampler_step(logits, canvas, utts)
-            e1.record()
-            rec.update(samp_host=time.perf_counter() - t0, samp_ev=(e0, e1))
-            return out
-
-        runner_module.build_packed_canvas = timed_build
-        engine.backbone = TimedBackbone()
-        engine.runner.sampler.step = timed_step
+        self.post_ms: list[float] = []
+        self._started: dict[StepPhase, tuple[float, tuple | None]] = {}  # on the engine thread
+        self._decoding: dict[tuple[str, int], float] = {}  # (request, chunk) -> its decode's start
+        self._posting = threading.local()  # a lane's post-processing start
+        self._board = switchboard_of(engine)
+        self._board.attach(self)
 
     def restore(self) -> None:
-        build, backbone, _ = self._orig
-        self.runner_module.build_packed_canvas = build
-        self.engine.backbone = backbone
-        self.engine.runner.sampler.__dict__.pop("step", None)
-        finisher = self.engine.finisher
-        new = finisher.post_jobs - self._post_seen
-        self.post_ms = list(finisher.post_ms)[-new:] if new else []
-        new = finisher.decode_jobs - self._decode_seen
-        self.decode_ms = list(finisher.decode_ms)[-new:] if new else []
+        self._board.detach(self)
+
+    def phase_begin(self, phase: StepPhase) -> None:
+        if phase is StepPhase.CANVAS:
+            self._started[phase] = (time.perf_counter(), None)
+            return
+        events = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        self._started[phase] = (time.perf_counter(), events)
+        events[0].record()
+
+    def phase_end(self, phase: StepPhase, canvas) -> None:
+        t0, events = self._started.pop(phase)
+        if events is None:  # the canvas: a host phase, and the first of a forward's
+            self.records.append({"build_host": time.perf_counter() - t0, "tokens": canvas.total_len,
+                                 "items": len(canvas.items)})
+            return
+        events[1].record()
+        key = "fwd" if phase is StepPhase.FORWARD else "samp"
+        self.records[-1].update({f"{key}_host": time.perf_counter() - t0, f"{key}_ev": events})
+
+    def decode_begin(self, state, chunk) -> None:
+        self._decoding[(state.request_id, chunk)] = time.perf_counter()  # a relaunch starts it again
+
+    def decode_end(self, state, chunk) -> None:
+        t0 = self._decoding.pop((state.request_id, chunk), None)
+        if t0 is not None:
+            self.decode_ms.append((time.perf_counter() - t0) * 1e3)
+
+    def post_begin(self, state, chunk) -> None:
+        self._posting.t0 = time.perf_counter()
+
+    def post_end(self, state, chunk) -> None:
+        t0 = getattr(self._posting, "t0", None)
+        if t0 is not None:
+            self.post_ms.append((time.perf_counter() - t0) * 1e3)
+            self._posting.t0 = None
 
     def report(self) -> dict:
         torch.cuda.synchronize()

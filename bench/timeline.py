@@ -8,8 +8,9 @@ them), the host noticing the last step, the hop to a decode worker, the decode, 
 post-processing and the hop back to the engine thread that sends the audio; beside them, the
 thread CPU time of the planning and the post-processing.
 
-It wraps the engine's methods with host clocks and CUDA events (no syncs added) and restores
-them afterwards. Works on any device (off CUDA the step times are host times).
+It watches the engine through its observer port (`bench/observers.py`: host clocks, and CUDA
+events on the engine's stream, no syncs added) and detaches when done. Works on any device (off
+CUDA the step times are host times).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from itertools import pairwise
 import torch
 
 from bench.mixes import long_paragraph, make_text
+from bench.observers import switchboard_of
+from server.engine.runtime.observer import QuietObserver
 
 SEGMENTS = ("plan", "to_engine_thread", "build", "to_first_launch", "steps", "notice_last_step", "to_decoder",
             "decode", "to_post", "post", "to_audio_event")
@@ -52,100 +55,85 @@ class _Trace:
     post_end: float | None = None
     plan_cpu_ms: float | None = None  # thread CPU time of the segment (time.thread_time)
     post_cpu_ms: float | None = None
+    decoding: int | None = None  # the chunk whose decode `decode_start` began
+    posting: int | None = None  # ... and whose post-processing `post_start` began
+    post_cpu0: float = 0.0
     audio: float | None = None
     launches: list[_Launch] = field(default_factory=list)
     done: threading.Event = field(default_factory=threading.Event)
 
 
-class Timeline:
-    """Instruments `engine` for one request at a time (`trace`), then `restore`s it."""
+class Timeline(QuietObserver):
+    """Watches `engine` for one request at a time (`run_one`), then `restore` detaches it."""
 
     def __init__(self, engine):
         self.engine = engine
         self.cuda = engine.device.type == "cuda"
         self.trace: _Trace | None = None
-        self._saved = {name: getattr(obj, name) for obj, name in self._targets()}
-        self._install()
-
-    def _targets(self):
-        e = self.engine
-        return ((e, "_admit"), (e, "_complete_chunk"), (e.runner, "run"), (e.codec, "decode"), (e.codec, "replay"),
-                (e.finisher, "_decoded"), (e.finisher, "_post"))
-
-    def _install(self) -> None:
-        e, saved, cuda = self.engine, self._saved, self.cuda
-
-        def now() -> float:
-            return time.perf_counter()
-
-        def admit(state):
-            if self.trace is not None:
-                self.trace.admit = now()
-            saved["_admit"](state)
-            if self.trace is not None:
-                self.trace.admitted = now()
-
-        def complete_chunk(utt):
-            if self.trace is not None and utt.chunk_index == 0 and self.trace.completed is None:
-                self.trace.completed = now()
-            saved["_complete_chunk"](utt)
-
-        def run(batch, index):
-            start = end = None
-            t0 = now()
-            if cuda:
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-            out = saved["run"](batch, index)
-            if cuda:
-                end.record()
-            if self.trace is not None and self.trace.completed is None:
-                self.trace.launches.append(_Launch(t0, now(), start, end))
-            return out
-
-        def decode(tokens, **kwargs):
-            trace = self.trace
-            first = trace is not None and trace.decode_start is None
-            if first:
-                trace.decode_start = now()
-            out = saved["decode"](tokens, **kwargs)
-            if first:
-                trace.decode_end = now()
-            return out
-
-        def replay(graphs, tokens):  # a decode the engine thread launches on an idle lane
-            trace = self.trace
-            if trace is not None and trace.decode_start is None:
-                trace.decode_start = now()
-            return saved["replay"](graphs, tokens)
-
-        def decoded(launched):  # ... and its lane's thread sees done
-            saved["_decoded"](launched)
-            trace = self.trace
-            if trace is not None and trace.decode_end is None:
-                trace.decode_end = now()
-
-        def post(fn, *args, on_done):
-            trace = self.trace
-            first = trace is not None and trace.post_start is None
-            if first:
-                trace.post_start = now()
-                cpu0 = time.thread_time()  # `done` runs on this thread, right after `fn`
-
-            def done(audio):
-                if first:
-                    trace.post_end = now()
-                    trace.post_cpu_ms = (time.thread_time() - cpu0) * 1e3
-                return on_done(audio)
-
-            return saved["_post"](fn, *args, on_done=done)
-
-        e._admit, e._complete_chunk, e.runner.run = admit, complete_chunk, run
-        e.codec.decode, e.codec.replay, e.finisher._decoded, e.finisher._post = decode, replay, decoded, post
+        self._pending: _Launch | None = None  # the step being launched, until `step_end`
+        self._board = switchboard_of(engine)
+        self._board.attach(self)
 
     def restore(self) -> None:
-        for obj, name in self._targets():
-            obj.__dict__.pop(name, None)
+        self._board.detach(self)
+
+    # ---- the engine's calls (its thread, or a lane's for a decode and its post-processing) ----
+
+    def admit_begin(self, state) -> None:
+        if (trace := self.trace) is not None:
+            trace.admit = time.perf_counter()
+
+    def admit_end(self, state) -> None:
+        if (trace := self.trace) is not None:
+            trace.admitted = time.perf_counter()
+
+    def step_begin(self, index, batch) -> None:
+        trace = self.trace
+        if trace is None or trace.completed is not None:
+            return
+        start = end = None
+        host_start = time.perf_counter()
+        if self.cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+        self._pending = _Launch(host_start, 0.0, start, end)
+
+    def step_end(self, step) -> None:
+        launch, self._pending = self._pending, None
+        if launch is None:
+            return
+        if launch.end is not None:
+            launch.end.record()
+        launch.host_end = time.perf_counter()
+        if (trace := self.trace) is not None:
+            trace.launches.append(launch)
+
+    def chunk_complete(self, utt) -> None:
+        trace = self.trace
+        if trace is not None and utt.chunk_index == 0 and trace.completed is None:
+            trace.completed = time.perf_counter()
+
+    def decode_begin(self, state, chunk) -> None:
+        trace = self.trace
+        if trace is not None and trace.decode_start is None:
+            trace.decode_start, trace.decoding = time.perf_counter(), chunk
+
+    def decode_end(self, state, chunk) -> None:
+        trace = self.trace
+        if trace is not None and trace.decode_end is None and trace.decoding == chunk:
+            trace.decode_end = time.perf_counter()
+
+    def post_begin(self, state, chunk) -> None:
+        trace = self.trace
+        if trace is not None and trace.post_start is None:
+            trace.post_start, trace.posting = time.perf_counter(), chunk
+            trace.post_cpu0 = time.thread_time()  # `post_end` comes on this thread, right after
+
+    def post_end(self, state, chunk) -> None:
+        trace = self.trace
+        if trace is not None and trace.post_end is None and trace.posting == chunk:
+            trace.post_end = time.perf_counter()
+            trace.post_cpu_ms = (time.thread_time() - trace.post_cpu0) * 1e3
 
     def sink(self, event) -> None:
         from server.engine.types import ChunkAudio, Finished

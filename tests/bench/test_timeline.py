@@ -1,12 +1,21 @@
 """`bench/timeline.py` on a CPU engine: every segment of a first chunk is measured, they add up
-to the request's submit-to-audio time, and the engine runs as before once it is restored."""
+to the request's submit-to-audio time, and the engine runs as before once it is detached."""
 
 from __future__ import annotations
 
 import pytest
 
 from bench import timeline
-from tests.support.engine_helpers import Collector
+from bench.observers import Switchboard
+from tests.support.engine_helpers import Collector, start_engine
+
+
+@pytest.fixture(scope="module")
+def engine(model):
+    """A CPU engine made as the bench makes its own: watched through a `Switchboard`."""
+    eng = start_engine(model, observer=Switchboard())
+    yield eng
+    eng.stop()
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +41,9 @@ def test_each_case_measures_every_segment(result):
 def test_engine_is_restored(engine, result):
     from server.engine.types import SynthesisRequest
 
-    for obj in (engine, engine.runner, engine.codec, engine.finisher):
-        assert not {"_admit", "_complete_chunk", "run", "decode", "_post"} & set(vars(obj)), obj
+    assert engine.observer.attached == ()  # the timeline detached itself
+    for obj in (engine, engine.runner, engine.codec, engine.finisher):  # and never patched a thing
+        assert not {"_admit", "_complete_chunk", "run", "decode", "replay", "_post"} & set(vars(obj)), obj
     sink = Collector()
     engine.submit(SynthesisRequest("after-timeline", "Still speaking after the timeline."), sink)
     sink.wait(["after-timeline"])

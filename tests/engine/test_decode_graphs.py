@@ -17,6 +17,11 @@ from server.engine.model import decode_graphs
 from server.engine.model.codec import Codec
 
 
+def _on_lane(finisher, lane: int, fn, *args):
+    """`fn(*args)` on that lane's thread (where its decode graphs were captured), its result."""
+    return finisher._lanes[lane].executor.submit(fn, *args).result()
+
+
 def test_wanted_on_cuda_only_and_switchable(monkeypatch):
     monkeypatch.delenv("CHORUS_DECODE_GRAPHS", raising=False)
     assert decode_graphs.wanted(torch.device("cuda")) and not decode_graphs.wanted(torch.device("cpu"))
@@ -102,7 +107,7 @@ def test_warmed_buckets_replay_the_masked_decode(tiny_checkpoint):
             with torch.cuda.stream(finisher._streams.current()):
                 return codec.decode(clip, while_decoding=lambda: called.append(1))
 
-        outs = [finisher.run_on_lane(i % 2, decode, clip) for i, clip in enumerate(clips * 2)]
+        outs = [_on_lane(finisher, i % 2, decode, clip) for i, clip in enumerate(clips * 2)]
         assert len(called) == len(outs)
         for out, want, close in zip(outs, masked * 2, exact * 2):
             assert np.array_equal(out, want)  # a replay is its bucket's masked decode, bit for bit
@@ -250,6 +255,7 @@ def test_start_up_warming_captures_every_bucket_on_every_worker_thread(monkeypat
     lock = threading.RLock()
 
     class FakeCodec:
+        sample_rate = 24000
         graphs = decode_graphs.DecodeGraphs(_fake_decode(uncapturable=16, lock=lock), nn.Sequential(),
                                             buckets=(8, 16, 24, 32))
 
@@ -272,7 +278,7 @@ def test_start_up_warming_captures_every_bucket_on_every_worker_thread(monkeypat
             with torch.inference_mode():
                 return FakeCodec.graphs.decode(clip)
 
-        outs = [finisher.run_on_lane(i % 2, decode, clip) for i, clip in enumerate(clips * 2)]
+        outs = [_on_lane(finisher, i % 2, decode, clip) for i, clip in enumerate(clips * 2)]
         assert all(torch.equal(out, clip.float() * 2) for out, clip in zip(outs, clips * 2))
         assert stats.replays == 6 + 8 and stats.eager == eager_before + 2  # 13 (bucket 16) stays eager
     finally:
@@ -283,6 +289,7 @@ def test_warming_is_nothing_without_decode_graphs():
     from server.engine.runtime.finisher import Finisher
 
     class NoGraphs:
+        sample_rate = 24000
         graphs = None
 
     finisher = Finisher(NoGraphs(), torch.device("cpu"), lambda command: None)

@@ -14,6 +14,7 @@ from litestar.testing import TestClient
 
 from server.app import create_app
 from server.config import EngineSettings, ServerConfig
+from server.engine.model.runner import backbone_for
 from server.engine.runtime.loop import EngineLoop
 from server.engine.runtime.pool import EnginePool
 from server.engine.scheduling.output import ScheduledBatch
@@ -40,10 +41,9 @@ class Faults:
 def faulty(tiny_checkpoint, tmp_path_factory):
     from tests.support.engine_helpers import load_model
 
-    engine = EngineLoop(load_model(tiny_checkpoint), EngineSettings())
+    model, settings = load_model(tiny_checkpoint), EngineSettings()
     faults = Faults()
-    real_forward = engine.backbone.forward
-    real_schedule = engine.scheduler.schedule
+    real_forward = backbone_for(model, settings.attention).forward
 
     def schedule(now=None):
         """Hold the step boundary, not the forward: a forward's items are fixed by then, and
@@ -71,7 +71,8 @@ def faulty(tiny_checkpoint, tmp_path_factory):
                 logits[start : start + 2] = float("nan")
         return logits
 
-    engine.backbone = forward
+    engine = EngineLoop(model, settings, backbone=forward)  # the forward its steps run
+    real_schedule = engine.scheduler.schedule
     engine.scheduler.schedule = schedule
     engine.start()
     cfg = ServerConfig(voices_dir=tmp_path_factory.mktemp("voices"), model_name="tiny")

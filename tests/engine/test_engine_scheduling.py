@@ -105,15 +105,14 @@ def test_out_of_range_voice_codes_are_refused(model):
 
 
 def test_an_exception_in_one_item_fails_only_that_request(model):
-    with running_engine(model) as eng:
-        real_forward = eng.backbone.forward
-
-        def forward_that_chokes_on_one_item(canvas):
+    def choking_on_one_item(real):
+        def forward(canvas):
             if any(item.item_id.startswith("bad#") for item in canvas.items):
                 raise RuntimeError("simulated failure tied to one item")
-            return real_forward(canvas)
+            return real.forward(canvas)
+        return forward
 
-        eng.backbone = forward_that_chokes_on_one_item
+    with running_engine(model, around=choking_on_one_item) as eng:
         c = Collector()
         ids = ["good0", "bad", "good1", "good2"]
         for rid in ids:
@@ -129,19 +128,18 @@ def test_an_exception_in_one_item_fails_only_that_request(model):
 
 
 def test_non_finite_logits_fail_their_request(model, monkeypatch):
-    with running_engine(model) as eng:
-        real_forward = eng.backbone.forward
-
+    def poisoning_one_item(real):
         @torch.inference_mode()
-        def poisoned_forward(canvas):
-            logits = real_forward(canvas)
+        def forward(canvas):
+            logits = real.forward(canvas)
             for index, item in enumerate(canvas.items):
                 if item.item_id.startswith("nan#"):
                     start = canvas.cond_offsets[index]
                     logits[start : start + 2] = float("nan")
             return logits
+        return forward
 
-        eng.backbone = poisoned_forward
+    with running_engine(model, around=poisoning_one_item) as eng:
         c = Collector()
         eng.submit(SynthesisRequest("nan", TEXT, options=GenerationOptions(num_step=4)), c)
         eng.submit(SynthesisRequest("fine", TEXT, options=GenerationOptions(num_step=4)), c)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import queue
+import time
 
 import numpy as np
 import torch
@@ -11,12 +12,40 @@ from omnivoice.utils.audio import cross_fade_chunks
 
 from server.engine.model.codec import Codec
 from server.engine.runtime.finisher import ChunkDecoded, Finisher, WholeReady
+from server.engine.runtime.observer import QuietObserver
+
+
+class _Timings(QuietObserver):
+    """The finisher's decode and post-processing calls, each with the time between begin and end."""
+
+    def __init__(self):
+        self.begun: dict[tuple[str, object], float] = {}
+        self.ms: dict[str, list[tuple[object, float]]] = {"decode": [], "post": []}
+
+    def _begin(self, what, chunk):
+        self.begun[(what, chunk)] = time.perf_counter()
+
+    def _end(self, what, chunk):
+        self.ms[what].append((chunk, (time.perf_counter() - self.begun.pop((what, chunk))) * 1e3))
+
+    def decode_begin(self, state, chunk):
+        self._begin("decode", chunk)
+
+    def decode_end(self, state, chunk):
+        self._end("decode", chunk)
+
+    def post_begin(self, state, chunk):
+        self._begin("post", chunk)
+
+    def post_end(self, state, chunk):
+        self._end("post", chunk)
 
 
 def test_finisher_post_processes_as_the_reference(reference_model):
     codec = Codec(reference_model)
     results: queue.Queue = queue.Queue()
-    finisher = Finisher(codec, torch.device("cpu"), results.put)
+    timings = _Timings()
+    finisher = Finisher(codec, torch.device("cpu"), results.put, observer=timings)
     config = OmniVoiceGenerationConfig(postprocess_output=True)
     try:
         tokens = torch.randint(0, 1024, (8, 60), generator=torch.Generator().manual_seed(3))
@@ -34,8 +63,12 @@ def test_finisher_post_processes_as_the_reference(reference_model):
         assert isinstance(whole, WholeReady)
         joined = cross_fade_chunks([raw, other], codec.sample_rate)
         np.testing.assert_array_equal(whole.audio, reference_model._post_process_audio(joined, None, config)[0])
-        # each job's time is measured where it ran (for the bench's stage timings)
-        assert finisher.post_jobs == 2 and len(finisher.post_ms) == 2 and min(finisher.post_ms) > 0
+        # the observer hears of each job where it runs: one decode (chunk 0), two post-processings
+        # (chunk 0, then the joined whole: None), each ended after it began
+        assert finisher.post_jobs == 2 and finisher.decode_jobs == 1
+        assert [chunk for chunk, _ in timings.ms["decode"]] == [0]
+        assert [chunk for chunk, _ in timings.ms["post"]] == [0, None]
+        assert min(ms for _, ms in timings.ms["post"] + timings.ms["decode"]) > 0
     finally:
         finisher.shutdown()
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from server.config import EngineSettings
-from server.engine.model.runner import StepRunner
+from server.engine.model.runner import StepRunner, backbone_for
 from server.engine.planning.request import plan_request
 from server.engine.planning.utterances import build_utterance, packed_len_of
 from server.engine.runtime.loop import EngineLoop
@@ -86,30 +86,32 @@ def test_selection_picks_only_masked_positions_whatever_the_scores(model, unchec
     reveals exactly its k still-masked positions, with ids inside the vocabulary, is flagged
     non-finite, and the other item steps exactly as it does alone."""
     garbage, knobs = SCORE_POISONS[poison]
-    runner = StepRunner.for_model(model, "torch", 100_000)
+    real = backbone_for(model, "torch")
+    poisoning = {"on": False}  # the step of the poisoned item and its neighbour; off for `alone`'s
+
+    @torch.inference_mode()
+    def forward(canvas):
+        logits = real(canvas)
+        for index, item in enumerate(canvas.items):
+            if poisoning["on"] and garbage is not None and item.item_id.startswith("p#"):
+                start = canvas.cond_offsets[index]
+                logits[start : start + item.target_len] = garbage
+        return logits
+
+    runner = StepRunner.for_model(model, "torch", 100_000, backbone=forward)
     mask_id, vocab = model.config.audio_mask_id, model.config.audio_vocab_size
     poisoned = _utterance(model, "p", "Short.", 1, **knobs)
     other = _utterance(model, "o", "A much longer neighbour sentence for padding.", 2)
     alone = _utterance(model, "o", "A much longer neighbour sentence for padding.", 2)
     assert poisoned.item.target_len < other.item.target_len
-    real = runner.backbone
-
-    @torch.inference_mode()
-    def poisoning(canvas):
-        logits = real(canvas)
-        for index, item in enumerate(canvas.items):
-            if garbage is not None and item.item_id.startswith("p#"):
-                start = canvas.cond_offsets[index]
-                logits[start : start + item.target_len] = garbage
-        return logits
 
     from server.engine.scheduling.output import ScheduledBatch
 
     for _ in range(poisoned.num_step):
         before = poisoned.item.tokens.clone()
-        runner.backbone = poisoning
+        poisoning["on"] = True
         step = runner.run(ScheduledBatch([poisoned, other], 0))
-        runner.backbone = real
+        poisoning["on"] = False
         runner.run(ScheduledBatch([alone], 0))
         assert not step.failed and [part.finite.tolist() for part in step.parts] == [[False, True]]
         after = poisoned.item.tokens

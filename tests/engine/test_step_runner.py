@@ -24,16 +24,16 @@ def _state(model, rid: str, seq: int, num_step: int = 4) -> RequestState:
 
 
 def test_out_of_memory_shrinks_the_step_instead_of_failing(model):
-    with running_engine(model) as eng:
-        real_forward = eng.backbone.forward
-        limit = {"tokens": None}
+    limit = {"tokens": None}
 
-        def forward_with_small_memory(canvas):
+    def with_small_memory(real):
+        def forward(canvas):
             if limit["tokens"] is not None and canvas.total_len > limit["tokens"]:
                 raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-            return real_forward(canvas)
+            return real.forward(canvas)
+        return forward
 
-        eng.backbone = forward_with_small_memory
+    with running_engine(model, around=with_small_memory) as eng:
         c = Collector()
         ids = [f"o{i}" for i in range(4)]
         probe = packed_len(eng, SynthesisRequest("x", TEXT, options=GenerationOptions(num_step=6)))
@@ -48,19 +48,18 @@ def test_out_of_memory_shrinks_the_step_instead_of_failing(model):
 def test_run_isolates_a_failing_item_and_steps_the_rest_once(model):
     """The runner's contract: the culprit comes back in `failed`, every other utterance is in
     exactly one launched part with its next step number, and its canvas moved one step."""
-    from server.engine.model.runner import StepRunner
+    from server.engine.model.runner import StepRunner, backbone_for
 
-    runner = StepRunner.for_model(model, "torch", 100_000)
     states = [_state(model, f"r{i}", i) for i in range(5)]
     utts = [build_utterance(model, s, 0, None, torch.device("cpu")) for s in states]
-    real = runner.backbone
+    real = backbone_for(model, "torch")
 
     def chokes_on_r3(canvas):
         if any(item.item_id.startswith("r3#") for item in canvas.items):
             raise RuntimeError("simulated")
         return real(canvas)
 
-    runner.backbone = chokes_on_r3
+    runner = StepRunner.for_model(model, "torch", 100_000, backbone=chokes_on_r3)
     step = runner.run(ScheduledBatch(utts, admitted=5), index=7)
     assert [f.utt.state.request_id for f in step.failed] == ["r3"]
     assert sorted(u.state.request_id for u in step.stepped) == ["r0", "r1", "r2", "r4"]

@@ -225,20 +225,20 @@ def test_fast_start_over_the_websocket_and_http(chorus_server):
     assert res.status_code == 200 and len(res.content) > 0
 
 
-def test_later_chunks_wait_out_chunk_0s_decode(engine, monkeypatch):
+def test_later_chunks_wait_out_chunk_0s_decode(model, monkeypatch):
     """Chunk 0's sound is what the listener waits for: the later chunks, queued as chunk 0
     takes its last step, take no step until chunk 0's audio is out, so its decode does not
     share the device with them (`Scheduler.await_decode`)."""
+    from server.engine.runtime.observer import QuietObserver
     from server.engine.scheduling import scheduler as scheduler_module
+    from tests.support.engine_helpers import running_engine
     monkeypatch.setattr(scheduler_module, "DECODE_HOLD_MAX_S", 60.0)  # no time-out: the order is exact
     monkeypatch.setattr(scheduler_module, "DECODE_HOLD_SLACK_S", 0.0)  # a slow machine: still only overdue work
-    _full_hold_budget(engine, monkeypatch, 60.0)  # nor a budget that runs out while chunk 0 decodes
     order: list[tuple[str, object]] = []  # steps and audio, both as the engine thread sees them
-    real = engine.backbone
 
-    def recording_forward(canvas):
-        order.append(("step", {item.item_id for item in canvas.items}))
-        return real.forward(canvas)
+    class RecordingSteps(QuietObserver):
+        def step_begin(self, index, batch):
+            order.append(("step", {utt.item.item_id for utt in batch.utts}))
 
     collector = Collector()
 
@@ -247,13 +247,11 @@ def test_later_chunks_wait_out_chunk_0s_decode(engine, monkeypatch):
             order.append(("audio", event.chunk))
         collector(event)
 
-    engine.backbone = recording_forward
-    try:
+    with running_engine(model, observer=RecordingSteps()) as engine:
+        _full_hold_budget(engine, monkeypatch, 60.0)  # nor a budget that runs out while chunk 0 decodes
         opts = GenerationOptions(num_step=4, first_chunk_seconds=1.0, **GREEDY)
         accepted = engine.submit(SynthesisRequest("held", EN, options=opts), sink)
         collector.wait(["held"])
-    finally:
-        engine.backbone = real
     assert collector.outcome("held") == "done" and accepted.chunks >= 2
     first_audio = order.index(("audio", 0))
     steps_before = [ids for kind, ids in order[:first_audio] if kind == "step"]

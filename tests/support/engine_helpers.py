@@ -36,20 +36,27 @@ def load_model(checkpoint, device: str = "cpu", dtype: str = "float32"):
     return copy.deepcopy(loaded, {id(tokenizer): tokenizer})
 
 
-def start_engine(model, **settings):
-    """A started `EngineLoop` on `model` with these `EngineSettings`."""
+def start_engine(model, *, around=None, observer=None, **settings):
+    """A started `EngineLoop` on `model` with these `EngineSettings`. `around(backbone)`, when
+    given, is the forward its steps run, made around the one the settings give (a fault to
+    inject); `observer` watches it (`server.engine.runtime.observer`)."""
     from server.config import EngineSettings
+    from server.engine.model.runner import backbone_for
     from server.engine.runtime.loop import EngineLoop
 
-    engine = EngineLoop(model, EngineSettings(**settings))
+    settings = EngineSettings(**settings)
+    backbone = None
+    if around is not None:
+        backbone = around(backbone_for(model, settings.attention, settings.quantize, settings.graph_max_tokens))
+    engine = EngineLoop(model, settings, backbone=backbone, observer=observer)
     engine.start()
     return engine
 
 
 @contextmanager
-def running_engine(model, **settings):
-    """`start_engine(model, **settings)` for the `with` block, stopped after it whatever happens."""
-    engine = start_engine(model, **settings)
+def running_engine(model, *, around=None, observer=None, **settings):
+    """`start_engine(model, ...)` for the `with` block, stopped after it whatever happens."""
+    engine = start_engine(model, around=around, observer=observer, **settings)
     try:
         yield engine
     finally:

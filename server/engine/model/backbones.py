@@ -4,18 +4,31 @@ modules."""
 from __future__ import annotations
 
 import logging
+from typing import Protocol
+
+import torch
 
 from server.engine.kernels.attention.selector import make_attention_backend
 from server.engine.kernels.fp8 import QuantizationUnsupported, check_fp8_device
 from server.engine.model.backbone import OmniVoiceBackbone
+from server.engine.model.canvas import PackedCanvas
 from server.engine.model.cuda_graphs import DEFAULT_GRAPH_MAX_TOKENS, GRAPH_TOKEN_BUCKETS, token_buckets_up_to
 from server.engine.model.fused_backbone import FusedBackbone
+from server.engine.reference import ReferenceModel
 
 log = logging.getLogger(__name__)
 
 
-def make_backbone(model, attention="auto", *, graphs: bool = True, quantize: str | None = None,
-                  graph_max_tokens: int = DEFAULT_GRAPH_MAX_TOKENS):
+class Backbone(Protocol):
+    """The packed forward a step runs: float32 logits at the target rows, in `tgt_index` order.
+    The fused backbone also gives them in the model's dtype (`head_logits`) and warms its
+    largest step (`warm_eager`); the runner asks for those only where they exist."""
+
+    def __call__(self, canvas: PackedCanvas) -> torch.Tensor: ...
+
+
+def make_backbone(model: ReferenceModel, attention="auto", *, graphs: bool = True, quantize: str | None = None,
+                  graph_max_tokens: int = DEFAULT_GRAPH_MAX_TOKENS) -> Backbone:
     """The backbone for `model`.
 
     `attention` is a setting (`auto` | `torch` | `flashinfer`) or an attention backend already

@@ -15,10 +15,12 @@ from contextlib import nullcontext
 import torch
 
 from server import envs
-from server.engine.model.backbones import make_backbone
+from server.engine.model.backbones import Backbone, make_backbone
 from server.engine.model.canvas import PackedCanvas, build_packed_canvas
 from server.engine.model.cuda_graphs import DEFAULT_GRAPH_MAX_TOKENS
 from server.engine.model.sampler import Sampler
+from server.engine.model.step_observer import StepObserver, StepPhase
+from server.engine.reference import ReferenceModel
 from server.engine.scheduling.output import FailedItem, LaunchedPart, LaunchedStep, ScheduledBatch, StepTimer
 from server.engine.work import Utterance
 
@@ -31,27 +33,38 @@ def is_oom(exc: BaseException) -> bool:
     return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
 
 
+def backbone_for(model: ReferenceModel, attention: str, quantize: str | None = None,
+                 graph_max_tokens: int = DEFAULT_GRAPH_MAX_TOKENS) -> Backbone:
+    """`make_backbone` on the model's own device: on CUDA its kernels are checked and its graphs
+    captured on that GPU, whichever is current."""
+    device = model.audio_heads.weight.device
+    with torch.cuda.device(device) if device.type == "cuda" else nullcontext():
+        return make_backbone(model, attention, quantize=quantize, graph_max_tokens=graph_max_tokens)
+
+
 class StepRunner:
-    def __init__(self, backbone, sampler: Sampler, device: torch.device, max_packed_tokens: int):
+    def __init__(self, backbone: Backbone, sampler: Sampler, device: torch.device, max_packed_tokens: int,
+                 observer: StepObserver | None = None):
         self.backbone = backbone
         self.sampler = sampler
         self.device = device
         self.max_packed_tokens = max_packed_tokens
+        self.observer = observer  # told of each forward's phases; None: nothing is called
         self.oom_cap: int | None = None  # packed tokens per forward after an out-of-memory error
         self._clean_steps = 0
         self._last_canvas: PackedCanvas | None = None  # a steady batch reuses its index arrays
 
     @classmethod
-    def for_model(cls, model, attention: str, max_packed_tokens: int, quantize: str | None = None,
-                  graph_max_tokens: int = DEFAULT_GRAPH_MAX_TOKENS) -> StepRunner:
-        """The backbone (`make_backbone`: `attention`, `quantize`, `graph_max_tokens`) and the
-        sampler, on the model's device."""
+    def for_model(cls, model: ReferenceModel, attention: str, max_packed_tokens: int, quantize: str | None = None,
+                  graph_max_tokens: int = DEFAULT_GRAPH_MAX_TOKENS, *, backbone: Backbone | None = None,
+                  observer: StepObserver | None = None) -> StepRunner:
+        """The model's sampler over `backbone` (None: `backbone_for` the model with `attention`,
+        `quantize` and `graph_max_tokens`), on the model's device, its largest step warmed."""
         device = model.audio_heads.weight.device
-        # on CUDA, kernels checked and graphs captured on this GPU
-        with torch.cuda.device(device) if device.type == "cuda" else nullcontext():
-            backbone = make_backbone(model, attention, quantize=quantize, graph_max_tokens=graph_max_tokens)
+        if backbone is None:
+            backbone = backbone_for(model, attention, quantize, graph_max_tokens)
         sampler = Sampler(model.config.audio_mask_id, model.config.num_audio_codebook, device)
-        runner = cls(backbone, sampler, device, max_packed_tokens)
+        runner = cls(backbone, sampler, device, max_packed_tokens, observer)
         runner.warm_largest_step()
         return runner
 
@@ -71,7 +84,7 @@ class StepRunner:
                 raise
             self._lower_cap(self.max_packed_tokens)
 
-    def run(self, batch: ScheduledBatch, index: int = 0) -> LaunchedStep:
+    def run(self, batch: ScheduledBatch[Utterance], index: int = 0) -> LaunchedStep:
         """Queue step `index` of every utterance in the batch (each advances exactly one step)."""
         utts = batch.utts
         timer = StepTimer(self.device)
@@ -109,10 +122,13 @@ class StepRunner:
     def _launch(self, utts: list[Utterance], failed: list[FailedItem]) -> list[LaunchedPart]:
         """Queue one forward for `utts`; on failure, split the batch to isolate the culprit."""
         try:
-            canvas = build_packed_canvas([u.item for u in utts], self.device, self._last_canvas)
-            self._last_canvas = canvas
-            logits = self._logits(canvas)
-            finite = self.sampler.step(logits, canvas, utts)
+            if (observer := self.observer) is None:
+                canvas = build_packed_canvas([u.item for u in utts], self.device, self._last_canvas)
+                self._last_canvas = canvas
+                logits = self._logits(canvas)
+                finite = self.sampler.step(logits, canvas, utts)
+            else:
+                canvas, finite = self._observed(observer, utts)
         except Exception as exc:  # isolated to the item(s) at fault
             if is_oom(exc):
                 self._lower_cap(sum(u.packed_len for u in utts))
@@ -132,7 +148,21 @@ class StepRunner:
             finite = host
         return [LaunchedPart(utts, finite, [u.step + 1 for u in utts], ready)]
 
-    def _logits(self, canvas):
+    def _observed(self, observer: StepObserver, utts: list[Utterance]) -> tuple[PackedCanvas, torch.Tensor]:
+        """`_launch`'s three phases, each reported to `observer` as it begins and ends."""
+        observer.phase_begin(StepPhase.CANVAS)
+        canvas = build_packed_canvas([u.item for u in utts], self.device, self._last_canvas)
+        self._last_canvas = canvas
+        observer.phase_end(StepPhase.CANVAS, canvas)
+        observer.phase_begin(StepPhase.FORWARD)
+        logits = self._logits(canvas)
+        observer.phase_end(StepPhase.FORWARD, canvas)
+        observer.phase_begin(StepPhase.SAMPLE)
+        finite = self.sampler.step(logits, canvas, utts)
+        observer.phase_end(StepPhase.SAMPLE, canvas)
+        return canvas, finite
+
+    def _logits(self, canvas: PackedCanvas) -> torch.Tensor:
         """The step's target logits: in the model's dtype where the sampler scores them in one
         fused pass and the backbone can give them so, else float32."""
         if self.sampler.fused_scores and hasattr(self.backbone, "head_logits"):

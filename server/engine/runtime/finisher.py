@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from server import envs
 from server.engine.model.codec import Codec, join_and_post_process, post_process
 from server.engine.model.worker_streams import WorkerStreams, decode_priority, on
 from server.engine.runtime.commands import ChunkDecoded, Command, FinishFailed, WholeReady
+from server.engine.runtime.observer import EngineObserver, QuietObserver
 from server.engine.work import RequestState
 
 log = logging.getLogger("chorus.engine")
@@ -57,45 +57,39 @@ class _Launched:
     audio: torch.Tensor  # (channels, N) float32, pinned
     tokens: torch.Tensor  # (C, T), pinned
     done: torch.cuda.Event
-    launched_at: float
     read: torch.Tensor  # the device tokens, kept from the allocator until the lane's stream has read them
 
 
 class Finisher:
-    def __init__(self, codec: Codec, device: torch.device, deliver: Callable[[Command], None], workers: int = 2):
+    def __init__(self, codec: Codec, device: torch.device, deliver: Callable[[Command], None], workers: int = 2,
+                 observer: EngineObserver | None = None):
         self.codec = codec
         self.workers = workers
         self.device = device
         self.deliver = deliver
+        # told when each decode and post-processing starts and ends
+        self.observer: EngineObserver = observer if observer is not None else QuietObserver()
         self._lanes = [_Lane(i, ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"chorus-finish{i}"))
                        for i in range(workers)]
         self._lanes_lock = threading.Lock()
         self._streams = WorkerStreams(device, decode_priority())  # ahead of the steps' kernels
         self._launch_here = envs.CHORUS_DECODE_LAUNCH
-        # wall time of each decode (to the audio on the host) and post-processing job (ms),
-        # timed where it ran, for the bench
-        self.decode_ms: deque[float] = deque(maxlen=4096)
-        self.decode_jobs = 0
-        self.post_ms: deque[float] = deque(maxlen=4096)
+        self.decode_jobs = 0  # decodes finished, ever
         self.post_jobs = 0  # post-processing jobs finished, ever
         self.launched_decodes = 0  # decodes the engine thread launched on an idle lane
         self.warm_ups = 0  # ports of the warm-up clip done by threads that had gone cold
-        self._warm_clip = warm_clip(codec.sample_rate) if hasattr(codec, "sample_rate") else None
+        self._warm_clip = warm_clip(codec.sample_rate)
         self._idle_since = threading.local()  # per thread: perf_counter when its last job ended
 
-    def _post(self, fn, *args, on_done: Callable[[np.ndarray], Command]) -> None:
-        """Run `fn(*args)` on this worker thread, then deliver `on_done(result)`."""
-        self.deliver(on_done(self._record(_timed(fn, *args))))
-
-    def _record(self, timed: tuple[np.ndarray, float]) -> np.ndarray:
-        audio, ms = timed
-        self.post_ms.append(ms)
+    def _post(self, state: RequestState, chunk: int | None, fn, *args,
+              on_done: Callable[[np.ndarray], Command]) -> None:
+        """Run `fn(*args)` (post-processing `chunk`, or the whole request's joined chunks: None)
+        on this worker thread, then deliver `on_done(result)`."""
+        self.observer.post_begin(state, chunk)
+        audio = fn(*args)
         self.post_jobs += 1
-        return audio
-
-    def _record_decode(self, ms: float) -> None:
-        self.decode_ms.append(ms)
-        self.decode_jobs += 1
+        self.observer.post_end(state, chunk)
+        self.deliver(on_done(audio))
 
     def warm_decodes(self, num_codebooks: int, buckets: tuple[int, ...] | None = None) -> list[int]:
         """Capture the decode graph of every length bucket on every lane (each has its own
@@ -160,7 +154,7 @@ class Finisher:
         """
         lane, idle = self._take_lane()
         try:
-            launched = self._launch(lane, tokens, ready) if idle and self._launch_here else None
+            launched = self._launch(state, index, lane, tokens, ready) if idle and self._launch_here else None
         except Exception as exc:  # fails that request alone
             log.exception("launching the decode of chunk %d failed", index)
             self._release(lane)
@@ -171,16 +165,17 @@ class Finisher:
         else:
             lane.executor.submit(self._on_lane, lane, self._decode, state, index, tokens, ready, rms, postprocess)
 
-    def _launch(self, lane: _Lane, tokens: torch.Tensor, ready: torch.cuda.Event | None) -> _Launched | None:
+    def _launch(self, state: RequestState, index: int, lane: _Lane, tokens: torch.Tensor,
+                ready: torch.cuda.Event | None) -> _Launched | None:
         """On the engine thread: replay the lane's graph for these tokens on its stream and
         queue the copies out behind it. None where the lane has no graph for that length
         (or none at all): its thread then decodes as it always did."""
         if lane.graphs is None or lane.stream is None:
             return None
-        launched_at = time.perf_counter()
         with on(lane.stream), torch.inference_mode():
             if ready is not None:
                 lane.stream.wait_event(ready)
+            self.observer.decode_begin(state, index)
             audio = self.codec.replay(lane.graphs, tokens)
             if audio is None:
                 return None
@@ -189,7 +184,7 @@ class Finisher:
             done = torch.cuda.Event()
             done.record(lane.stream)
         self.launched_decodes += 1
-        return _Launched(host_audio, host_tokens, done, launched_at, tokens)
+        return _Launched(host_audio, host_tokens, done, tokens)
 
     def _finish_launched(self, state: RequestState, index: int, launched: _Launched, rms: float | None,
                          postprocess: bool | None) -> None:
@@ -197,8 +192,9 @@ class Finisher:
         try:
             if postprocess is not None:
                 self._warm_up_if_cold(rms, postprocess)
-            self._decoded(launched)
-            self._record_decode((time.perf_counter() - launched.launched_at) * 1e3)
+            launched.done.synchronize()  # the host copies have landed
+            self.decode_jobs += 1
+            self.observer.decode_end(state, index)
             # what consumers keep is not left in pinned memory (the port writes a new array)
             raw = launched.audio.numpy()
             self._hand_on(state, index, launched.tokens.numpy().copy(), raw.copy() if postprocess is None else raw,
@@ -209,11 +205,6 @@ class Finisher:
         finally:
             self._idle_since.t = time.perf_counter()
 
-    @staticmethod
-    def _decoded(launched: _Launched) -> None:
-        """Wait for a launched decode's copies to land (a separate call so benches can time it)."""
-        launched.done.synchronize()
-
     def _decode(self, state: RequestState, index: int, tokens: torch.Tensor, ready: torch.cuda.Event | None,
                 rms: float | None, postprocess: bool | None) -> None:
         try:
@@ -222,9 +213,10 @@ class Finisher:
             with on(stream):
                 if ready is not None:
                     stream.wait_event(ready)
-                t0 = time.perf_counter()
+                self.observer.decode_begin(state, index)
                 raw = self.codec.decode(tokens, while_decoding=warm)
-                self._record_decode((time.perf_counter() - t0) * 1e3)
+                self.decode_jobs += 1
+                self.observer.decode_end(state, index)
                 tokens_host = tokens.cpu().numpy()
             self._hand_on(state, index, tokens_host, raw, rms, postprocess)
         except Exception as exc:  # handed to the engine thread, fails that request
@@ -239,14 +231,14 @@ class Finisher:
         if postprocess is None:
             self.deliver(ChunkDecoded(state, index, tokens, raw, post_processed=False))
         else:
-            self._post(post_process, raw, rms, postprocess, self.codec.sample_rate,
+            self._post(state, index, post_process, raw, rms, postprocess, self.codec.sample_rate,
                        on_done=lambda audio: ChunkDecoded(state, index, tokens, audio, post_processed=True))
 
     def _warm_up_if_cold(self, rms: float | None, postprocess: bool) -> None:
         """Port the warm-up clip (result dropped) if this thread has been idle long enough to
         run its next port cold; never fails the chunk it runs beside."""
         idle_since = getattr(self._idle_since, "t", None)
-        if self._warm_clip is None or (idle_since is not None and time.perf_counter() - idle_since < COLD_AFTER_S):
+        if idle_since is not None and time.perf_counter() - idle_since < COLD_AFTER_S:
             return
         try:
             post_process(self._warm_clip, rms, postprocess, self.codec.sample_rate)
@@ -259,15 +251,11 @@ class Finisher:
 
     def _join(self, state: RequestState, chunks: list[np.ndarray], rms: float | None, postprocess: bool) -> None:
         try:
-            self._post(join_and_post_process, chunks, rms, postprocess, self.codec.sample_rate,
+            self._post(state, None, join_and_post_process, chunks, rms, postprocess, self.codec.sample_rate,
                        on_done=lambda audio: WholeReady(state, audio))
         except Exception as exc:
             log.exception("post-processing failed")
             self.deliver(FinishFailed(state, 0, exc))
-
-    def run_on_lane(self, lane: int, fn, *args):
-        """`fn(*args)` on that lane's thread, its result (tests and benches)."""
-        return self._lanes[lane].executor.submit(fn, *args).result()
 
     def shutdown(self) -> None:
         for lane in self._lanes:
@@ -279,10 +267,3 @@ def _pinned_copy(tensor: torch.Tensor) -> torch.Tensor:
     host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
     host.copy_(tensor, non_blocking=True)
     return host
-
-
-def _timed(fn, *args) -> tuple[np.ndarray, float]:
-    """`fn(*args)` and its wall time in ms."""
-    t0 = time.perf_counter()
-    out = fn(*args)
-    return out, (time.perf_counter() - t0) * 1e3

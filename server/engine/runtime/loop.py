@@ -19,6 +19,7 @@ import torch
 
 from server.checkpoint import is_random_checkpoint, load_omnivoice
 from server.config import EngineSettings
+from server.engine.model.backbones import Backbone
 from server.engine.model.codec import Codec
 from server.engine.model.runner import StepRunner
 from server.engine.model.voice_encoder import VoiceEncoder
@@ -26,9 +27,11 @@ from server.engine.planning.char_weights import speed_up_estimates
 from server.engine.planning.prefix_tokens import prefix_tokenizer
 from server.engine.planning.request import prepare_request
 from server.engine.planning.utterances import build_utterance, packed_len_bound, packed_len_of
+from server.engine.reference import ReferenceModel
 from server.engine.runtime.commands import Cancel, ChunkDecoded, FinishFailed, Submit, Wake, WholeReady
 from server.engine.runtime.finisher import Finisher
 from server.engine.runtime.later_chunks import LaterChunks
+from server.engine.runtime.observer import EngineObserver, Outcome, QuietObserver
 from server.engine.runtime.request_book import RequestBook
 from server.engine.scheduling.output import LaunchedStep, StepRecord
 from server.engine.scheduling.scheduler import Scheduler, StepLog
@@ -52,18 +55,23 @@ HOLD_WAIT_S = 0.002  # with every chunk waiting out a decode, how long to wait f
 
 
 class EngineLoop:
-    def __init__(self, model, settings: EngineSettings, name: str = "engine0", *,
-                 model_name: str = "omnivoice", random_checkpoint: bool = False):
+    """One device's engine: `backbone` is the packed forward its steps run (None: `backbone_for`
+    the model and settings); `observer` hears of each request, step, decode and post-processing."""
+
+    def __init__(self, model: ReferenceModel, settings: EngineSettings, name: str = "engine0", *,
+                 model_name: str = "omnivoice", random_checkpoint: bool = False, backbone: Backbone | None = None,
+                 observer: EngineObserver | None = None):
         self.model = model
-        speed_up_estimates(model)  # planning's length estimates, bit-identical, without a call per character
+        speed_up_estimates(model)  # on this instance from here on (`ReferenceModel`): bit-identical, faster
         prefix_tokenizer(model.text_tokenizer)  # checked here, not on a first request's path
         self.settings = settings
         self.name = name
         self.model_name = model_name
         self.is_random_checkpoint = random_checkpoint
         self.device = model.audio_heads.weight.device
+        self.observer: EngineObserver = observer if observer is not None else QuietObserver()
         self.runner = StepRunner.for_model(model, settings.attention, settings.max_packed_tokens, settings.quantize,
-                                           settings.graph_max_tokens)
+                                           settings.graph_max_tokens, backbone=backbone, observer=observer)
         self.frame_rate: int = model.audio_tokenizer.config.frame_rate
         self.scheduler: Scheduler[Utterance] = Scheduler(
             settings.max_batch_size, settings.max_packed_tokens, settings.scheduling, self.frame_rate,
@@ -71,7 +79,7 @@ class EngineLoop:
         self.codec = Codec(model)
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self.voice_encoder = VoiceEncoder(self.codec, self.device)
-        self.finisher = Finisher(self.codec, self.device, self._commands.put)
+        self.finisher = Finisher(self.codec, self.device, self._commands.put, observer=self.observer)
         self.finisher.warm_decodes(model.config.num_audio_codebook)  # CUDA: every length's decode graph
         self.sample_rate: int = model.sampling_rate
         self.book = RequestBook(self.sample_rate)
@@ -83,15 +91,6 @@ class EngineLoop:
         self._later = LaterChunks()  # chained requests' later chunks, built once chunk 0's audio is out
         self._last_launch = 0.0  # perf_counter of the last step's launch
         self._accepting, self.ready = True, False  # taking work; stepping (set by start)
-
-    @property
-    def backbone(self):
-        """The packed forward the runner calls (tests wrap it to inject faults)."""
-        return self.runner.backbone
-
-    @backbone.setter
-    def backbone(self, backbone) -> None:
-        self.runner.backbone = backbone
 
     @classmethod
     def load(cls, model_path: str, settings: EngineSettings, name: str = "engine0") -> EngineLoop:
@@ -117,13 +116,7 @@ class EngineLoop:
     def drain(self, timeout: float) -> bool:
         """Take no new work; wait up to `timeout` s for in-flight work to end (True if it did)."""
         self._accepting = False
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with self.book.lock:
-                if not self.book.live_ids:
-                    return True
-            time.sleep(0.02)
-        return False
+        return self.book.wait_until_empty(timeout)
 
     def submit(self, request: SynthesisRequest, sink: EventSink,
                admit: Callable[[float], None] | None = None) -> Accepted:
@@ -236,8 +229,10 @@ class EngineLoop:
                 pass
 
     def _admit(self, state: RequestState) -> None:
+        self.observer.admit_begin(state)
         self.book.states[state.request_id] = state
         self._build(state, range(1 if state.plan.chained else state.num_chunks), state.request.voice)
+        self.observer.admit_end(state)
 
     def _build(self, state: RequestState, chunks: range, ref: VoicePrompt | None) -> bool:
         """Build these chunks' canvases and queue them; a failure ends this request alone."""
@@ -264,7 +259,9 @@ class EngineLoop:
             if utt.state.started_at is None:
                 utt.state.started_at = now
         self._steps += 1
+        self.observer.step_begin(self._steps, batch)
         launched = self.runner.run(batch, self._steps)
+        self.observer.step_end(launched)
         # back to back: the previous step was still in flight (none is after the engine idled)
         launched.interval, self._last_launch = (now - self._last_launch if self._inflight else None), now
         self.scheduler.advance(launched.stepped)
@@ -299,12 +296,15 @@ class EngineLoop:
                     self._complete_chunk(utt)
         seconds = launched.timer.seconds()
         self.scheduler.observe_step(seconds, launched.packed_tokens)
-        self.step_log.append(StepRecord(launched.index, launched.items, launched.packed_tokens, seconds,
-                                        launched.admitted, launched.interval))
+        record = StepRecord(launched.index, launched.items, launched.packed_tokens, seconds, launched.admitted,
+                            launched.interval)
+        self.step_log.append(record)
+        self.observer.step_settled(record)
 
     def _complete_chunk(self, utt: Utterance) -> None:
         """A chunk's last step has run: hand it to the finisher, then queue later chunks on it
         (deferred while the scheduler holds work for this chunk's audio: `LaterChunks`)."""
+        self.observer.chunk_complete(utt)
         state = utt.state
         index = utt.chunk_index
         tokens = utt.item.tokens
@@ -340,10 +340,11 @@ class EngineLoop:
             chunks = [state.raw_audio[i] for i in range(state.num_chunks)]
             self.finisher.join(state, chunks, state.ref_rms, state.request.options.postprocess)
 
-    def _finish(self, state: RequestState, outcome: str, message: str | None = None) -> None:
+    def _finish(self, state: RequestState, outcome: Outcome, message: str | None = None) -> None:
         if state.finished:
             return
         state.finished = True
         self.scheduler.drop_request(state.request_id)
         self._later.drop(state.request_id)
         self.book.end(state, outcome, message)
+        self.observer.finished(state, outcome)

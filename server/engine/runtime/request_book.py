@@ -31,6 +31,16 @@ class RequestBook:
         if request_id in self.live_ids:
             raise RequestRejected(f"id: {request_id!r} is already in flight", field="id", code="duplicate_id")
 
+    def wait_until_empty(self, timeout: float, poll_s: float = 0.02) -> bool:
+        """Wait up to `timeout` s for no request to be in flight (True if none was)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.lock:
+                if not self.live_ids:
+                    return True
+            time.sleep(poll_s)
+        return False
+
     def next_seq(self) -> int:
         """Under the lock: the arrival order the scheduler queues by."""
         self._seq += 1
