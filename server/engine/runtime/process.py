@@ -1,9 +1,9 @@
 """One engine in its own process, behind the engine API (`--engine-processes`).
 
 Each GPU's `EngineLoop` runs in a spawned child, so step threads do not share one interpreter
-lock. The wire is a pipe of pickled tuples: parent -> child `("submit", call, request)`,
-`("cancel", request_id)`, `("encode", call, audio, rate, text)`, `("stats", call)`, `("stop",)`;
-child -> parent `("reply", call, ok, value)` and `("event", event)`. A child that dies fails
+lock. The wire is a pipe of the Structs in `process_wire.py`: parent -> child `SubmitCall`,
+`CancelRequest`, `EncodeCall`, `StatsCall`, `Stop`; child -> parent `Ready` or `StartFailed`
+once, then `Reply` or `Refused` per call and `Event` per engine event. A child that dies fails
 its own requests, fails waiting calls with `busy`, and is restarted.
 """
 
@@ -16,13 +16,37 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any
 
 import numpy as np
 
 from server.config import EngineSettings
 from server.engine.runtime.loop import EngineLoop
-from server.engine.types import Accepted, EngineEvent, EventSink, Finished, RequestRejected, SynthesisRequest
+from server.engine.runtime.process_wire import (
+    CancelRequest,
+    EncodeCall,
+    Event,
+    FromChild,
+    Ready,
+    Refused,
+    Reply,
+    Snapshot,
+    StartFailed,
+    StatsCall,
+    Stop,
+    SubmitCall,
+    ToChild,
+)
+from server.engine.scheduling.output import StepRecord
+from server.engine.types import (
+    Accepted,
+    EngineEvent,
+    EngineStats,
+    EventSink,
+    Finished,
+    RequestRejected,
+    SynthesisRequest,
+    VoicePrompt,
+)
 
 log = logging.getLogger("chorus.engine")
 CALL_TIMEOUT_S = 60.0
@@ -34,7 +58,7 @@ def _child_main(conn, model_path: str, settings: EngineSettings, name: str, asr_
     logging.basicConfig(level="WARNING", format=f"%(asctime)s %(levelname)s {name}: %(message)s")
     send_lock = threading.Lock()
 
-    def send(message: tuple) -> None:
+    def send(message: FromChild) -> None:
         with send_lock:
             conn.send(message)
 
@@ -44,41 +68,38 @@ def _child_main(conn, model_path: str, settings: EngineSettings, name: str, asr_
             engine.model.load_asr_model(asr_model)
         engine.start()
     except BaseException as exc:  # noqa: BLE001 - the parent reports it
-        send(("failed", f"{type(exc).__name__}: {exc}"))
+        send(StartFailed(f"{type(exc).__name__}: {exc}"))
         return
-    send(("ready", {"sample_rate": engine.sample_rate, "frame_rate": engine.frame_rate,
-                    "model_name": engine.model_name, "random": engine.is_random_checkpoint}))
-    sink = lambda event: send(("event", event))  # called on the engine thread
+    send(Ready(engine.sample_rate, engine.frame_rate, engine.model_name, engine.is_random_checkpoint))
+    sink = lambda event: send(Event(event))  # called on the engine thread
 
     def reply_when_done(call: int, future: Future) -> None:
         def done(f: Future) -> None:
             try:
-                send(("reply", call, True, f.result()))
+                send(Reply(call, f.result()))
             except BaseException as exc:  # noqa: BLE001 - handed to the caller
-                send(("reply", call, False, exc))
+                send(Refused(call, exc))
         future.add_done_callback(done)
 
     try:
         while True:
             try:
-                message = conn.recv()
+                message: ToChild = conn.recv()
             except EOFError:
                 return
-            kind = message[0]
-            if kind == "stop":
+            if isinstance(message, Stop):
                 return
-            if kind == "cancel":
-                engine.cancel(message[1])
-            elif kind == "submit":
+            if isinstance(message, CancelRequest):
+                engine.cancel(message.request_id)
+            elif isinstance(message, SubmitCall):
                 try:
-                    send(("reply", message[1], True, engine.submit(message[2], sink)))
+                    send(Reply(message.call, engine.submit(message.request, sink)))
                 except Exception as exc:  # noqa: BLE001 - RequestRejected, or a bug: the caller's
-                    send(("reply", message[1], False, exc))
-            elif kind == "encode":
-                _, call, audio, rate, text = message
-                reply_when_done(call, engine.encode_voice(audio, rate, text))
-            elif kind == "stats":
-                send(("reply", message[1], True, (engine.stats(), list(engine.step_log)[-256:])))
+                    send(Refused(message.call, exc))
+            elif isinstance(message, EncodeCall):
+                reply_when_done(message.call, engine.encode_voice(message.audio, message.sample_rate, message.text))
+            elif isinstance(message, StatsCall):
+                send(Reply(message.call, Snapshot(engine.stats(), list(engine.step_log)[-256:])))
     finally:
         engine.stop()
 
@@ -98,8 +119,8 @@ class EngineProcess:
         self._stopping = False
         self.restarts = 0
         self.ready = False
-        self.step_log: list = []
-        self._last_stats = None
+        self.step_log: list[StepRecord] = []
+        self._last_stats: EngineStats | None = None
         self._spawn()
 
     # ---- the child's life -------------------------------------------------------------
@@ -111,13 +132,14 @@ class EngineProcess:
         self.proc.start()
         child.close()
         try:
-            status, info = parent.recv()
+            started: FromChild = parent.recv()
         except EOFError:
-            status, info = "failed", f"exit code {self.proc.join(5) or self.proc.exitcode}"
-        if status != "ready":
-            raise RuntimeError(f"{self.name}: the engine process did not start ({info})")
-        self.sample_rate, self.frame_rate = info["sample_rate"], info["frame_rate"]
-        self.model_name, self.is_random_checkpoint = info["model_name"], info["random"]
+            started = StartFailed(f"exit code {self.proc.join(5) or self.proc.exitcode}")
+        if not isinstance(started, Ready):
+            reason = started.reason if isinstance(started, StartFailed) else repr(started)
+            raise RuntimeError(f"{self.name}: the engine process did not start ({reason})")
+        self.sample_rate, self.frame_rate = started.sample_rate, started.frame_rate
+        self.model_name, self.is_random_checkpoint = started.model_name, started.random_checkpoint
         self._conn = parent
         self._reader = threading.Thread(target=self._read, args=(parent,), name=f"chorus-{self.name}-reader",
                                         daemon=True)
@@ -127,17 +149,20 @@ class EngineProcess:
     def _read(self, conn) -> None:
         while True:
             try:
-                message = conn.recv()
+                message: FromChild = conn.recv()
             except (EOFError, OSError):
                 break
-            if message[0] == "event":
-                self._deliver(message[1])
-            elif message[0] == "reply":
-                _, call, ok, value = message
+            if isinstance(message, Event):
+                self._deliver(message.event)
+            elif isinstance(message, (Reply, Refused)):
                 with self._lock:
-                    future = self._calls.pop(call, None)
-                if future is not None:
-                    future.set_result(value) if ok else future.set_exception(value)
+                    future = self._calls.pop(message.call, None)
+                if future is None:
+                    continue
+                if isinstance(message, Reply):
+                    future.set_result(message.value)
+                else:
+                    future.set_exception(message.error)
         if not self._stopping:
             self._child_died()
 
@@ -176,20 +201,21 @@ class EngineProcess:
                 log.exception("%s: restarting the engine process failed", self.name)
                 time.sleep(5.0)
 
-    def _call(self, *message: Any) -> Future:
+    def _call(self, make: Callable[[int], ToChild]) -> Future:
+        """Send `make(call)` (a call numbered here) and return the future of its reply."""
         future: Future = Future()
         call = next(self._ids)
         with self._lock:
             self._calls[call] = future
         try:
-            self._send((message[0], call, *message[1:]))
+            self._send(make(call))
         except OSError:
             with self._lock:
                 self._calls.pop(call, None)
             future.set_exception(RequestRejected("the engine is restarting; try again", code="busy"))
         return future
 
-    def _send(self, message: tuple) -> None:
+    def _send(self, message: ToChild) -> None:
         with self._send_lock:
             self._conn.send(message)
 
@@ -202,7 +228,7 @@ class EngineProcess:
         self._stopping = True
         self.ready = False
         try:
-            self._send(("stop",))
+            self._send(Stop())
         except OSError:
             pass
         self.proc.join(timeout)
@@ -220,7 +246,7 @@ class EngineProcess:
                                       code="duplicate_id")
             self._sinks[request.request_id] = sink
         try:
-            accepted = self._call("submit", request).result(CALL_TIMEOUT_S)
+            accepted = self._call(lambda call: SubmitCall(call, request)).result(CALL_TIMEOUT_S)
             if admit is not None:
                 try:
                     admit(sum(accepted.target_seconds))
@@ -235,18 +261,19 @@ class EngineProcess:
 
     def cancel(self, request_id: str) -> None:
         try:
-            self._send(("cancel", request_id))
+            self._send(CancelRequest(request_id))
         except OSError:
             pass  # the child is gone: its requests end with error
 
-    def encode_voice(self, audio: np.ndarray, sample_rate: int, text: str | None) -> Future:
-        return self._call("encode", audio, sample_rate, text)
+    def encode_voice(self, audio: np.ndarray, sample_rate: int, text: str | None) -> Future[VoicePrompt]:
+        return self._call(lambda call: EncodeCall(call, audio, sample_rate, text))
 
-    def stats(self):
+    def stats(self) -> EngineStats:
         """The child's stats (and its recent steps, for the metrics); while it restarts, the
         last ones it sent."""
         try:
-            self._last_stats, self.step_log = self._call("stats").result(CALL_TIMEOUT_S)
+            snapshot: Snapshot = self._call(StatsCall).result(CALL_TIMEOUT_S)
+            self._last_stats, self.step_log = snapshot.stats, snapshot.steps
         except RequestRejected:
             if self._last_stats is None:
                 raise
