@@ -115,8 +115,8 @@ def activation_quantizers() -> ActivationQuantizers:
 
 # ---- the Triton kernels: rows to e4m3 alone, or fused into the kernel that makes them ----
 # The fused kernels round their row to bf16 before quantising, as the unfused path's bf16 output
-# would be. The codes are cast to the output buffer's dtype: e4m3 in use, float32 where a test
-# reads them before rounding (Triton's CPU interpreter does not round to e4m3 as the GPU does).
+# would be. The codes are cast to the output buffer's dtype: e4m3 in use; a float32 buffer keeps
+# them before rounding (Triton's CPU interpreter does not round to e4m3 as the GPU does).
 
 if triton is not None:
     # the bounds above, as compile-time constants of the kernels
@@ -127,7 +127,7 @@ if triton is not None:
     def store_quantized(y, q_ptr, s_ptr, row, K, offs, keep):
         scale = tl.maximum(tl.max(tl.abs(y), axis=0), SCALE_FLOOR) / E4M3_MAX
         q = tl.minimum(tl.maximum(y / scale, -E4M3_MAX), E4M3_MAX)
-        tl.store(q_ptr + row * K + offs, q.to(q_ptr.dtype.element_ty), mask=keep)  # e4m3 (float32: tests)
+        tl.store(q_ptr + row * K + offs, q.to(q_ptr.dtype.element_ty), mask=keep)  # the buffer's dtype: e4m3
         tl.store(s_ptr + row, scale)
 
     @triton.jit

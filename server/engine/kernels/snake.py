@@ -141,7 +141,8 @@ def _snakes(module: torch.nn.Module) -> list[torch.nn.Module]:
 
 
 def _device_ok(device: torch.device) -> bool:
-    """The gate on where the kernel may run (the tests widen it to the interpreter's CPU)."""
+    """The gate on where the kernel runs: a CUDA device (Triton's interpreter is never chosen
+    for the codec)."""
     return device.type == "cuda"
 
 

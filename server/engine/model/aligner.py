@@ -10,8 +10,10 @@ first character's first frame to its last character's last frame.
 It runs on its own thread (`align` returns a Future), never on the engine's step loop, so it
 never delays audio; requests wait for it only to send their `words` frames. Characters the
 vocabulary lacks are skipped; a word with none of its characters in it (digits, CJK on an
-English model) is placed between its neighbours. `make_aligner_checkpoint` writes a random-
-weight one of the real format, for tests: its alignments follow the text, not the sound.
+English model) is placed between its neighbours. `make_aligner_checkpoint` (`chorus
+make-aligner`) writes a small random-weight one of the real format, which runs `--aligner`'s
+every path without a download, as `make-checkpoint` does for the model: its alignments follow
+the text, not the sound.
 """
 
 from __future__ import annotations
@@ -136,8 +138,8 @@ VOCAB = ["<pad>", "<s>", "</s>", "<unk>", "|", *"abcdefghijklmnopqrstuvwxyz'"]
 
 def make_aligner_checkpoint(out: str | Path, seed: int = 0) -> Path:
     """A random-weight wav2vec2 CTC checkpoint of the real format (a small one: 2 layers of
-    32), with a character vocabulary as wav2vec2's English models have: for tests."""
-    from transformers import (  # lazy: only `chorus make-aligner` and its tests
+    32), with a character vocabulary as wav2vec2's English models have (`chorus make-aligner`)."""
+    from transformers import (  # lazy: only `chorus make-aligner` needs them
         Wav2Vec2Config,
         Wav2Vec2CTCTokenizer,
         Wav2Vec2FeatureExtractor,

@@ -96,7 +96,8 @@ class CapturedStep:
 
 @dataclass
 class ForwardStats:
-    """Counters the bench and the metrics read; cheap (host-side only)."""
+    """What the fused forward did: steps run eagerly and replayed, the pad tokens replays added,
+    the buckets captured. Host-side counters, cheap."""
 
     eager_steps: int = 0
     graph_steps: int = 0

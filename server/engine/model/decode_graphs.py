@@ -64,9 +64,9 @@ class LengthMask:
     place from k x `lowest` on where the clip has ended (at most an eighth of it from 48
     frames on), instead of multiplied whole by a mask into a new tensor. In place is safe:
     values past the clip's end matter only through a convolution's window, and every
-    convolution's input is cut here. (`in_place` False multiplies, as before: the tests'
-    yardstick.) Each distinct input length's mask is made once per decode (33
-    convolutions, 6 lengths)."""
+    convolution's input is cut here. (`in_place` False multiplies the whole input by the mask
+    into a new tensor, as a non-contiguous input always is: the same bits.) Each distinct
+    input length's mask is made once per decode (33 convolutions, 6 lengths)."""
 
     def __init__(self, decoder: nn.Module, in_place: bool = True):
         # per thread: the clip being decoded, and position indices made on that thread's stream
