@@ -21,6 +21,7 @@ from prometheus_client import (
 )
 
 STEP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+ITEM_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 TOKEN_BUCKETS = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
 FIRST_AUDIO_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -48,6 +49,9 @@ class Metrics:
             "step's device time plus the host time between steps that the device waited for", ["engine"],
             buckets=STEP_BUCKETS, registry=r)
         self.steps = Counter("chorus_steps", "Diffusion steps run", ["engine"], registry=r)
+        self.items_per_step = Histogram("chorus_items_per_step", "Text chunks stepped together in one diffusion "
+                                        "step (requests, stream segments and dialogue lines share steps)",
+                                        ["engine"], buckets=ITEM_BUCKETS, registry=r)
         self.audio_seconds = Counter("chorus_audio_seconds", "Seconds of audio produced", registry=r)
         self.first_audio = Histogram("chorus_time_to_first_audio_seconds", "From submission to the first audio",
                                      buckets=FIRST_AUDIO_BUCKETS, registry=r)
@@ -125,6 +129,7 @@ class Metrics:
             for record in records:
                 if record.index > seen:
                     self.packed_tokens.labels(name).observe(record.packed_tokens)
+                    self.items_per_step.labels(name).observe(record.items)
                     self.step_seconds.labels(name).observe(record.seconds)
                     if record.interval is not None:
                         self.step_interval.labels(name).observe(record.interval)

@@ -25,10 +25,12 @@ from collections.abc import AsyncIterator
 import msgspec
 import numpy as np
 from litestar import Request, Response, post
+from litestar.openapi.spec import OpenAPIMediaType, OpenAPIResponse, Reference, Schema
 from litestar.response import Stream
 
 from server.api.auth import owner_of
 from server.api.errors import ApiError, error_response
+from server.api.schema_parts import REF, binary, documented, header, json_body
 from server.audio.encoders import MEDIA_TYPES, StreamEncoder, encode, http_encoder
 from server.audio.files import encode_flac, encode_samples, wav_header
 from server.config import ServerConfig
@@ -64,7 +66,7 @@ def _as_body_spells(name: str) -> str:
     return name
 
 
-def _error_response(end: TurnEnd) -> Response:
+def turn_error_response(end: TurnEnd) -> Response:
     """A turn that ended before its audio started, as the error body its code says."""
     if end.outcome == "cancelled":  # not the client's doing: the server is stopping
         return error_response("busy", SHUTTING_DOWN, 503)
@@ -75,7 +77,7 @@ def _error_response(end: TurnEnd) -> Response:
     return error_response(error.code, error.message, error.status, error.headers, error.field)
 
 
-async def _until_disconnected(request: Request) -> None:
+async def until_disconnected(request: Request) -> None:
     """Returns when the client goes away (its body has been read: what comes next is the end)."""
     while (await request.receive())["type"] != "http.disconnect":
         pass
@@ -90,7 +92,7 @@ async def _first_audio(request: Request, events: AsyncIterator[TurnEvent]) -> Tu
         raise AssertionError("a turn ends with TurnEnd")
 
     waiting = asyncio.ensure_future(first())
-    gone = asyncio.ensure_future(_until_disconnected(request))
+    gone = asyncio.ensure_future(until_disconnected(request))
     try:
         await asyncio.wait((waiting, gone), return_when=asyncio.FIRST_COMPLETED)
         return waiting.result() if waiting.done() else None
@@ -103,7 +105,25 @@ def _sse(event: dict) -> bytes:
     return f"data: {json.dumps(event, separators=(',', ':'))}\n\n".encode()
 
 
-@post("/audio/speech", status_code=200)
+_AUDIO = OpenAPIResponse(
+    description="The audio in the `response_format`'s media type, streamed as its chunks finish (flac whole); "
+                "with `stream_format: \"sse\"`, `text/event-stream` events (`SpeechEvent`)",
+    content={**{media: binary(media) for media in MEDIA_TYPES.values()},
+             "text/event-stream": OpenAPIMediaType(schema=Schema(  # one event (OpenAPI before 3.2)
+                 type="object", required=["data"], description="one event: `data: ` + a JSON `SpeechEvent`",
+                 properties={"data": Schema(type="string", content_media_type="application/json",
+                                            content_schema=Reference(REF.format(name="SpeechEvent"))),
+                             "event": Schema(type="string")}))},
+    headers={"X-Request-Id": header("the request's id, as in the server log", required=True),
+             "X-Sample-Rate": header("the audio's sample rate in Hz", required=True, pattern=r"^[0-9]+$"),
+             USED_HEADER: header("the voice design items found in `instructions` (`; `-separated)"),
+             IGNORED_HEADER: header("what of `instructions` was ignored (`; `-separated, percent-encoded)"),
+             VOICE_HEADER: header("with `keep_voice`: the kept voice's id")})
+
+
+@post("/audio/speech", status_code=200, operation_id="createSpeech", tags=["audio"],
+      **documented(404, 413, 422, ok=("200", _AUDIO), body=json_body("SpeechRequest", "OpenAI's speech body, "
+                   "plus OmniVoice's knobs at the top level")))
 async def speech(request: Request, service: SynthesisService, config: ServerConfig) -> Response | Stream:
     """OpenAI's speech endpoint. JSON body: `model` (any name), `input`, `voice` (a built-in
     name, a library voice's id or name, or null), `instructions`, `response_format` (mp3, opus,
@@ -125,7 +145,7 @@ async def speech(request: Request, service: SynthesisService, config: ServerConf
     turn = Turn(service, TurnRequest(
         request_id=request_id, client_id=request_id, endpoint=ENDPOINT, text=body.input, text_field="input",
         owner=owner_of(request, config.api_keys), voice=body.voice_name, instruct=instructions.instruct,
-        language=body.language, options=p.generation_options(body), normalize=bool(body.normalize_text),
+        language=body.language, options=p.generation_options(body), normalize=body.normalize_text,
         stream="whole" if body.response_format == "flac" else "chunk", keep_voice=body.keep_voice,
         timestamps=body.timestamps, progress=False, received_at=received_at)).start()
     events = turn.events()
@@ -134,7 +154,7 @@ async def speech(request: Request, service: SynthesisService, config: ServerConf
         turn.cancel()
         return Response(b"", status_code=CLIENT_GONE)
     if isinstance(first, TurnEnd):
-        return _error_response(first)
+        return turn_error_response(first)
     headers = {"X-Request-Id": request_id, "X-Sample-Rate": str(service.sample_rate)}
     if instructions.instruct:
         headers[USED_HEADER] = header_value([instructions.instruct])

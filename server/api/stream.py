@@ -21,10 +21,12 @@ from dataclasses import dataclass
 from litestar import WebSocket, websocket
 
 from server.api.auth import HOST_REFUSED, host_allowed, is_authorized, origin_allowed, owner_of
+from server.api.dialogue import relay_dialogue, ws_dialogue
 from server.api.outbox import Outbox
 from server.audio.encoders import StreamEncoder, default_rate, encode, ws_encoder
 from server.config import ServerConfig
 from server.streaming.streams import ConnectionStreams
+from server.turns.dialogue import Dialogue
 from server.turns.events import TurnAccepted, TurnAudio, TurnEnd, TurnProgress, TurnWords
 from server.turns.request import ReferenceClip, TurnRequest
 from server.turns.service import SynthesisService
@@ -44,7 +46,7 @@ class _Request:
     """A client request on this connection: its turn, and how its audio goes out."""
 
     client_id: str
-    turn: Turn
+    turn: Turn | Dialogue  # a `synthesize`'s turn, or a dialogue's lines
     encoding: str
     out_rate: int  # the rate the client receives (asked for, or the encoding's default)
     audio_frames: int = 0
@@ -163,7 +165,7 @@ class Connection:
 
     def _handle(self, text: str) -> None:
         try:
-            message = p.parse_client_message(text, self.cfg.max_text_chars)
+            message = p.parse_client_message(text, self.cfg.max_text_chars, self.cfg.max_dialogue_lines)
         except p.ProtocolError as exc:
             self._refuse(exc.request_id, exc.code, exc.message, exc.field)
             return
@@ -171,7 +173,7 @@ class Connection:
             log.exception("reading a frame failed", extra={"connection": self.prefix})
             self._refuse(None, "internal", "the server failed to read this frame")
             return
-        if isinstance(message, (p.Synthesize, p.StreamOpen)):
+        if isinstance(message, (p.Synthesize, p.StreamOpen, p.Dialogue)):
             self._synthesize(message)
         elif isinstance(message, (p.StreamAppend, p.StreamFlush, p.StreamClose)):
             self.streams.handle(message)
@@ -183,7 +185,7 @@ class Connection:
         else:
             self._send(p.Pong())
 
-    def _synthesize(self, msg: p.Synthesize | p.StreamOpen) -> None:
+    def _synthesize(self, msg: p.Synthesize | p.StreamOpen | p.Dialogue) -> None:
         inflight = len(self.requests) + len(self.streams)
         if msg.id in self.requests or msg.id in self.streams:
             self._refuse(msg.id, "duplicate_id", f"id: {msg.id!r} is already in flight on this connection", "id")
@@ -196,6 +198,8 @@ class Connection:
                          f"not read (limit {self.cfg.max_outbox_bytes}); read them first")
         elif isinstance(msg, p.StreamOpen):
             self.streams.start(msg)
+        elif isinstance(msg, p.Dialogue):
+            self._start_dialogue(msg)
         else:  # (its text's length was checked as the frame was read)
             self._start(msg)
 
@@ -214,6 +218,16 @@ class Connection:
         self.requests[msg.id] = req
         turn.start()
         req.relay = asyncio.create_task(self._relay(req))
+
+    def _start_dialogue(self, msg: p.Dialogue) -> None:
+        """A script as a dialogue (`server.turns.dialogue`): its lines' events relayed as frames."""
+        work, out_rate = ws_dialogue(self.service, msg, self.prefix, self.owner, self.frame_at,
+                                     self.cfg.engine.max_audio_seconds)
+        req = _Request(msg.id, work, msg.encoding, out_rate)
+        self.requests[msg.id] = req
+        req.relay = asyncio.create_task(relay_dialogue(
+            work, msg.id, msg.encoding, out_rate, self._send, self._send_bytes, lambda end: self._end(req, end),
+            STOPPING))
 
     def _cancel(self, req: _Request) -> None:
         req.turn.cancel()

@@ -21,4 +21,5 @@ class WordsMsg(Struct, tag="words", tag_field="type", omit_defaults=True):
     source: Source
     words: list[Span]
     segment: int | None = None  # streams only
+    line: int | None = None  # dialogues only
     chars: list[Span] | None = None  # with `"timestamps": "char"`

@@ -58,6 +58,7 @@ class Turn:
         self._task: asyncio.Task | None = None
         self._released: asyncio.Future[tuple[VoicePrompt | None, float | None]] | None = None
         self.ready = asyncio.Event()  # voice and text prepared: it may be released
+        self.settled = asyncio.Event()  # accepted by the engine (with its plan), or ended
         self._submitting = False
         self._words_sent: asyncio.Task | None = None  # aligned words, in chunk order (the last of them)
         self._aligning: list[asyncio.Task] = []
@@ -166,6 +167,7 @@ class Turn:
             return
         self.accepted = TurnAccepted(accepted.chunks, tuple(accepted.target_seconds))
         self._put(self.accepted)
+        self.settled.set()
 
     def _on_tokens(self, event: ChunkTokens) -> None:
         if event.chunk == 0:
@@ -255,5 +257,6 @@ class Turn:
         if not self._ended:
             self._events.put_nowait(end)
             self._ended = True
+            self.settled.set()
             for task in self._aligning:  # alignments not started yet are dropped with their turn
                 task.cancel()

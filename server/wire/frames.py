@@ -91,7 +91,24 @@ class Pong(Struct, tag="pong", tag_field="type"):
     pass
 
 
-ServerMessage = Ready | AcceptedMsg | ProgressMsg | Done | Cancelled | ErrorMsg | Pong
+class LineMsg(Struct, tag="line", tag_field="type"):
+    """Before a dialogue line's audio: which line, who says it, what, and where its audio starts."""
+
+    id: str
+    line: int
+    voice: str | None
+    text: str
+    offset_samples: int
+
+
+class DialogueAudioHeader(AudioHeader, tag="audio", tag_field="type", kw_only=True):
+    """A dialogue's audio: which line, and where its first sample sits in the dialogue's audio."""
+
+    line: int
+    offset_samples: int
+
+
+ServerMessage = Ready | AcceptedMsg | ProgressMsg | Done | Cancelled | ErrorMsg | Pong | LineMsg
 
 _encoder = msgspec.json.Encoder()
 

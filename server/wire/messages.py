@@ -9,7 +9,6 @@ the server's frames are `server.wire.frames` (re-exported here).
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -27,9 +26,11 @@ from server.wire.frames import (  # noqa: F401 - the server's frames, re-exporte
     AcceptedMsg,
     AudioHeader,
     Cancelled,
+    DialogueAudioHeader,
     Done,
     ErrorMsg,
     Limits,
+    LineMsg,
     Pong,
     ProgressMsg,
     Ready,
@@ -40,8 +41,10 @@ from server.wire.frames import (  # noqa: F401 - the server's frames, re-exporte
     split_audio_frame,
 )
 from server.wire.sizes import MAX_INSTRUCT_CHARS, MAX_LANGUAGE_CHARS, MAX_VOICE_CHARS, SIZE_RULES
+from server.wire.validation import describe_validation_error
 
 OPUS_SAMPLE_RATES = (8000, 16000, 24000, 48000)  # the rates libopus takes
+MAX_PAUSE_MS = 10_000  # a dialogue's pause between lines
 ERROR_CODES = (
     "bad_message", "invalid_request", "duplicate_id", "voice_not_found", "text_too_long",
     "too_many_requests", "busy", "unauthorized", "internal", "stream_idle", "stream_too_long",
@@ -147,9 +150,40 @@ class Ping(Struct, tag="ping", tag_field="type", forbid_unknown_fields=True):
     pass
 
 
-ClientMessage = Synthesize | Cancel | Ping | StreamMessage
+# A dialogue line's knobs: any of the options, each None to take the dialogue's own.
+LineOptions = msgspec.defstruct(
+    "LineOptions", [(k.name, k.python_type | None, None) for k in table.KNOBS],
+    kw_only=True, forbid_unknown_fields=True, module=__name__,
+)
+
+
+class DialogueLine(Struct, forbid_unknown_fields=True, kw_only=True):
+    """One line of a script: who says it (a voice, or null: one automatic voice for every such
+    line), what, and optionally how (`instruct`, knobs over the dialogue's)."""
+
+    text: str
+    voice: Annotated[str, Meta(max_length=MAX_VOICE_CHARS)] | None = None
+    instruct: Annotated[str, Meta(max_length=MAX_INSTRUCT_CHARS)] | None = None
+    options: LineOptions | None = None  # type: ignore[valid-type]
+
+
+class Dialogue(Struct, tag="dialogue", tag_field="type", forbid_unknown_fields=True, kw_only=True):
+    """A script of several speakers: every line synthesised at once, heard in order."""
+
+    id: Annotated[str, Meta(pattern=ID_PATTERN)]
+    lines: list[DialogueLine]
+    pause_ms: Annotated[int, Meta(ge=0, le=MAX_PAUSE_MS)] = 300
+    language: Annotated[str, Meta(max_length=MAX_LANGUAGE_CHARS)] | None = None
+    encoding: Encoding = "pcm_s16le"
+    sample_rate: int | None = None
+    progress: bool = False
+    options: Options = field(default_factory=Options)
+    timestamps: Literal["word", "char"] | None = None
+
+
+ClientMessage = Synthesize | Cancel | Ping | StreamMessage | Dialogue
 _CLIENT_TYPES: dict[str, type] = {t.__struct_config__.tag: t for t in (  # type: ignore[misc]
-    Synthesize, Cancel, Ping, StreamOpen, StreamAppend, StreamFlush, StreamClose)}
+    Synthesize, Cancel, Ping, StreamOpen, StreamAppend, StreamFlush, StreamClose, Dialogue)}
 _TYPE_NAMES = ", ".join(_CLIENT_TYPES)
 
 
@@ -162,50 +196,6 @@ _RULES = {
     "stream": "must be chunk or whole", **SIZE_RULES,
     "timestamps": "must be word, char or null",
 }
-_AT = re.compile(r"^(?P<msg>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
-_UNKNOWN = re.compile(r"Object contains unknown field `(?P<name>[^`]*)`")
-_CONSTRAINT = re.compile(r"^Expected `\w+` (?:[<>]=?|matching regex|of length)")
-_MISSING = re.compile(r"Object missing required field `(?P<name>[^`]*)`")
-
-
-def field_names(target: type, path: str) -> list[str]:
-    """The field names of the struct at `path` (dotted, "" for `target` itself) inside `target`."""
-    info: Any = msgspec.inspect.type_info(target)
-    for part in filter(None, path.split(".")):
-        if isinstance(info, msgspec.inspect.UnionType):
-            info = next((t for t in info.types if isinstance(t, msgspec.inspect.StructType)), None)
-        if not isinstance(info, msgspec.inspect.StructType):
-            return []
-        info = next((f.type for f in info.fields if f.name == part), None)
-    if isinstance(info, msgspec.inspect.UnionType):
-        info = next((t for t in info.types if isinstance(t, msgspec.inspect.StructType)), None)
-    return [f.name for f in info.fields] if isinstance(info, msgspec.inspect.StructType) else []
-
-
-def describe_validation_error(exc: msgspec.ValidationError, rules: dict[str, str] | None = None,
-                              target: type | None = None) -> tuple[str | None, str]:
-    """msgspec's `Expected ... - at $.options.denoise` as (`options.denoise`,
-    `options.denoise: expected `bool`, got `str``): the field at fault and the message. With
-    `target` (the struct decoded), an unknown field's message names the closest known one."""
-    match = _AT.match(str(exc))
-    assert match is not None
-    msg, path = match.group("msg"), (match.group("path") or "").lstrip(".")
-    if found := _UNKNOWN.match(msg):
-        name = f"{path}.{found.group('name')}" if path else found.group("name")
-        close = did_you_mean(found.group("name"), field_names(target, path)) if target is not None else ""
-        return name, f"{name}: unknown field{close}"
-    if found := _MISSING.match(msg):
-        name = f"{path}.{found.group('name')}" if path else found.group("name")
-        return name, f"{name}: required"
-    rule = (rules or _RULES).get(path)
-    if "got `null`" in msg:
-        return path or None, f"{path}: must not be null"
-    if rule is not None and (_CONSTRAINT.search(msg) or msg.startswith("Invalid enum")):
-        return path, f"{path}: {rule}"
-    text = msg[0].lower() + msg[1:] if msg else "invalid"
-    return (path, f"{path}: {text}") if path else (None, text)
-
-
 def check_options(options: Any, prefix: str = "options.", request_id: str | None = None) -> None:
     """Every knob within the options table's range (finite numbers, 64-bit seeds)."""
     if (problem := table.first_problem(options)) is not None:
@@ -255,6 +245,32 @@ def decode_json(data: str | bytes) -> Any:
         raise ProtocolError("bad_message", "not valid JSON: nested too deeply") from None
 
 
+def line_options(knobs: Any, line: DialogueLine) -> Any:
+    """A line's knobs: the dialogue's (`knobs`: an `Options`, or a body with the knobs at its
+    top), with the line's own over them."""
+    own = line.options
+    return Options(**{name: (value if own is not None and (value := getattr(own, name)) is not None
+                             else getattr(knobs, name)) for name in table.NAMES})
+
+
+def check_dialogue(lines: list[DialogueLine], knobs: Any, max_text_chars: int | None, max_lines: int,
+                   request_id: str | None = None) -> None:
+    """A script's rules: 1..`max_lines` lines, each with visible text, all of them together
+    within `--max-text-chars`, every line's knobs in range."""
+    if not 1 <= len(lines) <= max_lines:
+        raise ProtocolError("invalid_request", f"lines: must be 1..{max_lines} lines (--max-dialogue-lines)",
+                            request_id, field="lines")
+    total = sum(len(line.text) for line in lines)
+    if max_text_chars is not None and total > max_text_chars:
+        raise ProtocolError("text_too_long", f"lines: {total} characters together, over the limit of "
+                            f"{max_text_chars}", request_id, field="lines")
+    for k, line in enumerate(lines):
+        if not has_visible_text(line.text):
+            raise ProtocolError("invalid_request", f"lines[{k}].text: must not be empty", request_id,
+                                field=f"lines[{k}].text")
+        check_options(line_options(knobs, line), prefix=f"lines[{k}].options.", request_id=request_id)
+
+
 def check_text_size(msg: ClientMessage, max_text_chars: int | None) -> None:
     """`text` and `reference.text` within `--max-text-chars`, before anything reads them."""
     if max_text_chars is None or not isinstance(msg, VoiceFields):
@@ -266,7 +282,8 @@ def check_text_size(msg: ClientMessage, max_text_chars: int | None) -> None:
                                 f"{max_text_chars}", msg.id, field=name)
 
 
-def parse_client_message(data: str | bytes, max_text_chars: int | None = None) -> ClientMessage:
+def parse_client_message(data: str | bytes, max_text_chars: int | None = None,
+                         max_dialogue_lines: int = 100) -> ClientMessage:
     """One client text frame -> a typed message; raises `ProtocolError` naming the problem
     (sizes first: `max_text_chars` is `--max-text-chars`; the content after)."""
     raw = decode_json(data)
@@ -285,12 +302,16 @@ def parse_client_message(data: str | bytes, max_text_chars: int | None = None) -
     try:
         message = msgspec.convert(raw, target)
     except msgspec.ValidationError as exc:
-        at, message = describe_validation_error(exc, target=target)
+        at, message = describe_validation_error(exc, _RULES, target=target)
         raise ProtocolError("invalid_request", message, request_id, field=at) from None
     check_text_size(message, max_text_chars)
     if isinstance(message, Synthesize):
         check_synthesize(message)
     elif isinstance(message, StreamOpen):
         check_voice_fields(message)
+    elif isinstance(message, Dialogue):
+        check_dialogue(message.lines, message.options, max_text_chars, max_dialogue_lines, message.id)
+        check_sample_rate(message.encoding, message.sample_rate, message.id)
+        check_options(message.options, request_id=message.id)
     return message
 

@@ -1,0 +1,209 @@
+"""A scripted dialogue: several speakers' lines, one turn each, all in the engine together,
+their audio out in script order with a pause between lines.
+
+Each distinct voice named is resolved once (lines in one voice are one speaker); lines with no
+voice speak in one automatic voice, taken from the first of them (as a text stream's later
+segments take their first segment's), so those wait for its first tokens. The others go to the
+engine at once, in order, each told when its listener will need it (the lines before it, as
+planned, and their pauses: the deadline scheduler runs later lines beside more urgent work),
+so the lines share steps. The lines share one audio cap. Events come out in script order: a
+line's start, its audio and words, then a pause, then the next line; the first failure ends the
+dialogue (the other lines are cancelled).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field, replace
+
+from server.engine.types import ChunkTokens, GenerationOptions, VoicePrompt
+from server.errors import ServiceError
+from server.timestamps.frames import TimestampKind
+from server.turns.audio_cap import AudioCap
+from server.turns.events import TurnAudio, TurnEnd, TurnEvent, TurnProgress, TurnWords
+from server.turns.request import TurnRequest
+from server.turns.service import SynthesisService
+from server.turns.turn import Turn
+from server.voices.pace import chained_voice
+from server.voices.store import Owner
+
+log = logging.getLogger("chorus.turns")
+
+
+@dataclass(frozen=True)
+class ScriptLine:
+    text: str
+    voice: str | None = None
+    instruct: str | None = None
+    options: GenerationOptions = field(default_factory=GenerationOptions)
+
+
+@dataclass(frozen=True)
+class DialogueRequest:
+    request_id: str
+    client_id: str
+    endpoint: str
+    owner: Owner
+    lines: tuple[ScriptLine, ...]
+    pause_ms: int = 300
+    language: str | None = None
+    normalize: bool = False
+    timestamps: TimestampKind | None = None
+    progress: bool = False
+    received_at: float | None = None
+    out_rate: int | None = None
+    text_field: str = "lines"
+
+
+@dataclass(frozen=True)
+class LineStart:
+    """Line `line` begins here (its audio follows)."""
+
+    line: int
+    voice: str | None
+    text: str
+
+
+@dataclass(frozen=True)
+class Pause:
+    """Silence between two lines, in seconds."""
+
+    seconds: float
+
+
+@dataclass(frozen=True)
+class LineEvent:
+    """One of a line's turn events (progress, audio, words)."""
+
+    line: int
+    event: TurnProgress | TurnAudio | TurnWords
+
+
+DialogueEvent = LineStart | Pause | LineEvent | TurnEnd
+
+
+class Dialogue:
+    def __init__(self, service: SynthesisService, request: DialogueRequest, audio_cap: AudioCap):
+        self.service = service
+        self.request = request
+        self.audio_cap = audio_cap
+        self.turns: list[Turn] = []
+        self._lines: list[asyncio.Queue[TurnEvent]] = [asyncio.Queue() for _ in request.lines]
+        self._failure: asyncio.Future[TurnEnd] = asyncio.get_running_loop().create_future()
+        self._task: asyncio.Task | None = None
+        self._chain: asyncio.Future[VoicePrompt] | None = None
+
+    def start(self) -> Dialogue:
+        self._task = asyncio.get_running_loop().create_task(self._start())
+        return self
+
+    def cancel(self) -> None:
+        """End every line: the dialogue ends with `cancelled` (`requested`)."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+        for turn in self.turns:
+            turn.cancel()
+        self._fail(TurnEnd("cancelled", requested=True))
+
+    async def _start(self) -> None:
+        r = self.request
+        try:
+            voices = await self._voices()
+        except ServiceError as exc:
+            self.service.reject(r.endpoint, exc.code)
+            self._fail(TurnEnd("error", exc.code, exc.message, exc.field, exc.retry_after_ms))
+            return
+        unnamed = [k for k, line in enumerate(r.lines) if line.voice is None]
+        if unnamed:
+            self._chain = asyncio.get_running_loop().create_future()
+        for k, line in enumerate(r.lines):
+            turn = Turn(self.service, TurnRequest(
+                request_id=f"{r.request_id}/{k}", client_id=r.client_id, endpoint=r.endpoint, text=line.text,
+                owner=r.owner, voice=line.voice, voice_at_release=True, instruct=line.instruct, language=r.language,
+                options=line.options, normalize=r.normalize, timestamps=r.timestamps, progress=r.progress,
+                received_at=r.received_at, segment=k, out_rate=r.out_rate, text_field=f"{r.text_field}[{k}].text"),
+                audio_cap=self.audio_cap, on_first_tokens=self._chained if unnamed and k == unnamed[0] else None)
+            self.turns.append(turn.prepare())
+            asyncio.get_running_loop().create_task(self._relay(turn, self._lines[k]))
+        await self._release(voices, unnamed[0] if unnamed else None)
+
+    async def _voices(self) -> dict[str, VoicePrompt | None]:
+        """Each distinct named voice, resolved once."""
+        r = self.request
+        names = list(dict.fromkeys(line.voice for line in r.lines if line.voice is not None))
+        prompts = await asyncio.gather(*(self.service.voices.resolve(name, None, None, r.owner) for name in names))
+        return dict(zip(names, prompts, strict=True))
+
+    async def _release(self, voices: dict[str, VoicePrompt | None], first_unnamed: int | None) -> None:
+        """Release the lines in order, each due when the lines before it (as planned) and their
+        pauses will have been heard."""
+        r = self.request
+        base = r.received_at if r.received_at is not None else time.perf_counter()
+        offset = 0.0
+        for k, (line, turn) in enumerate(zip(r.lines, self.turns, strict=True)):
+            if line.voice is not None:
+                prompt = voices[line.voice]
+            elif k == first_unnamed or self._chain is None:
+                prompt = None
+            else:
+                prompt = await asyncio.shield(self._chain)
+            turn.release(prompt, base + offset if k else None)
+            await turn.settled.wait()
+            if turn.accepted is None:
+                return  # it ended (refused): the dialogue ends with it
+            offset += sum(turn.accepted.target_seconds) + r.pause_ms / 1000.0
+
+    def _chained(self, event: ChunkTokens) -> None:
+        if self._chain is not None and not self._chain.done():
+            self._chain.set_result(chained_voice(event.tokens, event.text, self.service.frame_rate))
+
+    @staticmethod
+    async def _relay(turn: Turn, queue: asyncio.Queue[TurnEvent]) -> None:
+        async for event in turn.events():
+            queue.put_nowait(event)
+
+    def _fail(self, end: TurnEnd) -> None:
+        if not self._failure.done():
+            self._failure.set_result(end)
+
+    async def events(self) -> AsyncIterator[DialogueEvent]:
+        """Every event, in script order, ending with one `TurnEnd`: a line's start, its events,
+        a pause before the next; the first line that fails (or a cancel) ends it all."""
+        r = self.request
+        first: TurnEnd | None = None
+        seconds = 0.0
+        for k, line in enumerate(r.lines):
+            yield LineStart(k, line.voice, line.text)
+            while True:
+                event, of_line = await self._next(k)
+                if isinstance(event, TurnEnd):
+                    break
+                if isinstance(event, (TurnProgress, TurnAudio, TurnWords)):
+                    yield LineEvent(k, event)
+            if event.outcome != "done":
+                self.cancel()  # the other lines too
+                yield replace(event, message=f"line {k}: {event.message}") if of_line and event.outcome == "error" \
+                    else event
+                return
+            first = first or event
+            seconds += event.audio_seconds
+            if k + 1 < len(r.lines) and r.pause_ms:
+                yield Pause(r.pause_ms / 1000.0)
+                seconds += r.pause_ms / 1000.0
+        total_ms = round((time.perf_counter() - (r.received_at or time.perf_counter())) * 1000.0, 3)
+        assert first is not None
+        yield TurnEnd("done", audio_seconds=round(seconds, 4), queue_ms=first.queue_ms,
+                      first_audio_ms=first.first_audio_ms, total_ms=total_ms)
+
+    async def _next(self, k: int) -> tuple[TurnEvent, bool]:
+        """Line `k`'s next event (and True), or the dialogue's own end (and False): its voices
+        failed, or it was cancelled."""
+        getting = asyncio.ensure_future(self._lines[k].get())
+        await asyncio.wait((getting, self._failure), return_when=asyncio.FIRST_COMPLETED)
+        if getting.done():
+            return getting.result(), True
+        getting.cancel()
+        return self._failure.result(), False
