@@ -30,3 +30,6 @@ if [ ! -f "$stamp" ]; then
   rm -f .venv/.chorus-installed-*
   touch "$stamp"
 fi
+# NeMo's English grammars for normalize_text, compiled once (a minute or two) into .cache/, where
+# every server after this, the tests' included, loads them in seconds (docs/normalization.md)
+.venv/bin/python -m server.text.normalize_nemo > /dev/null

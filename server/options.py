@@ -24,7 +24,8 @@ SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1  # "any 64-bit integer", signed or unsi
 @dataclass(frozen=True)
 class Knob:
     """One option. `low`/`high` bound it (inclusive); `zero_off`: 0 is also accepted
-    (the feature is off), below `low`; `nullable`: null means "not set"."""
+    (the feature is off), below `low`; `nullable`: null means "not set"; `choices`: strings
+    accepted besides the kind's values (a bool that has a third setting)."""
 
     name: str
     kind: Kind
@@ -33,19 +34,23 @@ class Knob:
     high: float | None = None
     zero_off: bool = False
     nullable: bool = False
+    choices: tuple[str, ...] = ()
     unit: str = ""
     why: str = ""
 
     @property
     def python_type(self) -> Any:
         base = {"int": int, "float": float, "bool": bool, "seed": int}[self.kind]
+        if self.choices:
+            base = base | Literal[self.choices]
         return base | None if self.nullable else base
 
     @property
     def range_text(self) -> str:
         """`1..64`, `0 or 0.001..10000`, `true or false`, for messages, docs and the page."""
         if self.kind == "bool":
-            return "true or false"
+            return " or ".join(["true, false" if self.choices else "true or false",
+                                *(f'"{choice}"' for choice in self.choices)])
         if self.kind == "seed":
             return "any 64-bit integer"
         text = f"{_num(self.low)}..{_num(self.high)}"
@@ -67,6 +72,8 @@ class Knob:
         """None when `value` is acceptable, else the rule it breaks (types are the caller's)."""
         if value is None:
             return None if self.nullable else "must not be null"
+        if isinstance(value, str) and value in self.choices:
+            return None
         if self.kind == "bool":
             return None if isinstance(value, bool) else self.rule
         if self.kind == "seed":
@@ -82,8 +89,9 @@ class Knob:
     def as_json(self) -> dict[str, Any]:
         """The page's view: default, the smallest and largest accepted values, the range."""
         low = 0 if self.zero_off else self.low
-        return {"kind": self.kind, "default": self.default, "min": low, "max": self.high,
-                "nullable": self.nullable, "range": self.range_text}
+        out = {"kind": self.kind, "default": self.default, "min": low, "max": self.high,
+               "nullable": self.nullable, "range": self.range_text}
+        return {**out, "choices": list(self.choices)} if self.choices else out
 
 
 def _num(x: float | None) -> str:
@@ -121,10 +129,12 @@ KNOBS: tuple[Knob, ...] = (
     Knob("chunk_threshold", "float", 30.0, 0, 36_000, unit="seconds",
          why="text estimated longer than this is chunked (0: always); bounded so the plan's "
              "frame counts stay integers"),
-    Knob("normalize_text", "bool", False,
-         why="numbers, dates, currency and symbols read as words before synthesis, as the "
-             "reference's generate(normalize_text=True); applied to the text by the server, "
-             "not by the engine (off by default, as in the reference; on for the OpenAI endpoint)"),
+    Knob("normalize_text", "bool", False, choices=("reference",),
+         why="numbers, dates, currency and symbols read as words before synthesis: true, the "
+             "best normaliser measured for the language (NeMo's for English); \"reference\", "
+             "the reference's generate(normalize_text=True), for parity; applied to the text by "
+             "the server, not by the engine (off by default, as in the reference; on for the "
+             "OpenAI endpoint)"),
     Knob("first_chunk_seconds", "float", None, 0.5, 60, nullable=True, unit="seconds",
          why="fast start: the first chunk ends at a sentence or clause boundary about this "
              "much audio into the text (null: off, the reference's chunking); below 0.5 s a "

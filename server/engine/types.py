@@ -36,7 +36,7 @@ class GenerationOptions:
     postprocess: bool = True
     chunk_seconds: float = 15.0
     chunk_threshold: float = 30.0
-    normalize_text: bool = False
+    normalize_text: bool | Literal["reference"] = False  # true: the best normaliser; "reference": the reference's
     first_chunk_seconds: float | None = None
 
 

@@ -71,9 +71,9 @@ def _serve(conn: Connection) -> None:
             return
         if task is None:
             return
-        text, code = task
+        text, code, choice = task
         try:
-            out = normalizer.normalize(text, code)
+            out = normalizer.normalize(text, code, choice)
         except Exception as exc:  # noqa: BLE001 - the reference never raises; a bug here fails only its piece
             conn.send(("error", f"{type(exc).__name__}: {exc}", False))
             continue
@@ -99,6 +99,7 @@ class _Job:
 
     bounds: WorkBounds
     code: str
+    choice: normalizer.Choice
     waiting: deque[tuple[int, Piece]]
     results: list[str | None]
     done: asyncio.Future
@@ -130,16 +131,17 @@ class NormalizerWorkers:
 
     # ---- requests -----------------------------------------------------------------------
 
-    async def normalize(self, text: str, language: str | None, bounds: WorkBounds | None = None) -> str:
-        """`normalize.normalize(text, language)`, piece by piece in the workers, within `bounds`
-        (its deadline is a wall-clock limit besides the worker seconds of `budget_s`)."""
+    async def normalize(self, text: str, language: str | None, bounds: WorkBounds | None = None,
+                        choice: normalizer.Choice = True) -> str:
+        """`normalize.normalize(text, language, choice)`, piece by piece in the workers, within
+        `bounds` (its deadline is a wall-clock limit besides the worker seconds of `budget_s`)."""
         if not text.strip():
             return text
         bounds = bounds or WorkBounds.unbounded()
         code = normalizer.language_code(language, text)  # once for the whole text, as the reference
         cut = pieces(text)
         loop = asyncio.get_running_loop()
-        job = _Job(bounds, code, deque(enumerate(cut)), [None] * len(cut), loop.create_future())
+        job = _Job(bounds, code, choice, deque(enumerate(cut)), [None] * len(cut), loop.create_future())
         key = next(self._ids)
         self._jobs[key] = job
         try:
@@ -201,7 +203,7 @@ class NormalizerWorkers:
         job.running.add(worker)
         self._busy.add(worker)
         try:
-            worker.conn.send((piece.text, job.code))
+            worker.conn.send((piece.text, job.code, job.choice))
         except OSError:
             self._lost(worker)
             return

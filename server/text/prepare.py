@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from server.bounds import WorkBounds, WorkRefused, run_bounded
 from server.errors import ServiceError
 from server.text.lexicon import Applied, Lexicon, Pronunciation
+from server.text.normalize import Choice
 from server.text.normalize_workers import NormalizerWorkers, WorkerDied
 
 LEXICON_TTL_S = 5.0
@@ -93,13 +94,14 @@ class TextPreparer:
         self._read_at = started
         return self._lexicon
 
-    async def prepare(self, text: str, language: str | None, normalize: bool, voice: str | None = None,
+    async def prepare(self, text: str, language: str | None, normalize: Choice, voice: str | None = None,
                       field: str = "text") -> str:
         """The text as spoken; `ServiceError` past a cap or a budget (`field` names the text), or
-        when a normaliser worker died on it."""
+        when a normaliser worker died on it. `normalize`: the request's `normalize_text` (true,
+        "reference" or false), which the workers' normaliser follows."""
         return (await self.prepare_spoken(text, language, normalize, voice, field)).text
 
-    async def prepare_spoken(self, text: str, language: str | None, normalize: bool, voice: str | None = None,
+    async def prepare_spoken(self, text: str, language: str | None, normalize: Choice, voice: str | None = None,
                              field: str = "text") -> Spoken:
         """`prepare`'s text, with what each lexicon entry put in stands for (word timestamps)."""
         try:
@@ -109,7 +111,7 @@ class TextPreparer:
         except WorkerDied as exc:
             raise ServiceError("internal", str(exc)) from None
 
-    async def _prepare(self, text: str, language: str | None, normalize: bool, voice: str | None,
+    async def _prepare(self, text: str, language: str | None, normalize: Choice, voice: str | None,
                        field: str) -> Spoken:
         lexicon = await self.lexicon()
         said: tuple[tuple[str, str], ...] = ()
@@ -121,7 +123,7 @@ class TextPreparer:
         if not normalize:
             return Spoken(text, said)
         bounds = WorkBounds.within("normalize_text", self.limits.max_spoken_chars, None, field)
-        return Spoken(await self.normalizer.normalize(text, language, bounds), said)
+        return Spoken(await self.normalizer.normalize(text, language, bounds, choice=normalize), said)
 
     def apply_lexicon(self, lexicon: Lexicon, text: str, voice: str | None, bounds: WorkBounds) -> Applied:
         """The entries that apply to `voice` (and to every voice), on the caller's thread."""

@@ -34,7 +34,7 @@ class TurnRequest:
     instruct: str | None = None
     language: str | None = None
     options: GenerationOptions = field(default_factory=GenerationOptions)
-    normalize: bool = False  # `normalize_text`
+    normalize: bool | str = False  # `normalize_text`: true, "reference" or false
     stream: StreamMode = "chunk"
     keep_voice: bool = False
     timestamps: TimestampKind | None = None

@@ -40,8 +40,9 @@ class SpeechRequest(Options, forbid_unknown_fields=True, kw_only=True):
     stream_format: Literal["audio", "sse"] | None = None  # sse: OpenAI's speech.audio.* events
     language: Annotated[str, Meta(max_length=MAX_LANGUAGE_CHARS)] | None = None
     keep_voice: bool = False  # keep this speaker: its id in `X-Chorus-Voice-Id` (and sse's done event)
-    # OpenAI's voices read "$3.50" and "12/05" as words: on here unless the body says false
-    normalize_text: bool | None = None
+    # OpenAI's voices read "$3.50" and "12/05" as words: on here (true: the best normaliser
+    # for the language) unless the body says false, or "reference" for the reference's
+    normalize_text: bool | Literal["reference"] | None = None
     timestamps: Literal["word", "char"] | None = None  # with sse: speech.audio.words events
 
     @property
@@ -59,6 +60,7 @@ _SPEECH_RULES["voice"] = f"must be at most {MAX_VOICE_CHARS} characters (a voice
 _SPEECH_RULES["voice.id"] = _SPEECH_RULES["voice"]
 _SPEECH_RULES["language"] = f"must be at most {MAX_LANGUAGE_CHARS} characters"
 _SPEECH_RULES["timestamps"] = "must be word, char or null"
+_SPEECH_RULES["normalize_text"] = table.BY_NAME["normalize_text"].rule
 
 
 def check_sizes(req: SpeechRequest, max_input_chars: int | None, max_instructions_chars: int | None) -> None:
@@ -83,6 +85,8 @@ def parse_speech_request(body: bytes, max_input_chars: int | None = None,
         req = msgspec.convert(raw, SpeechRequest)
     except msgspec.ValidationError as exc:
         at, message = describe_validation_error(exc, _SPEECH_RULES, target=SpeechRequest)
+        if at == "normalize_text":  # msgspec names the union's types (`bool | str | null`), not its values
+            message = f"{at}: {_SPEECH_RULES[at]}"
         raise ProtocolError("invalid_request", message, field=at) from None
     check_sizes(req, max_input_chars, max_instructions_chars)
     if not has_visible_text(req.input):

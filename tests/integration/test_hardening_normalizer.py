@@ -98,7 +98,8 @@ def test_work_stops_when_its_client_leaves_or_cancels(server):
 
 def test_a_worker_stays_small(server):
     r = _speak(server, "1" * 3000)
-    assert r.status_code in (200, 413), r.text  # done, or past its budget: either way bounded
+    # done, past its budget, or read in time but too long to speak as one chunk: either way bounded
+    assert r.status_code in (200, 413, 422), r.text
     for worker in _workers():
         assert worker.memory_info().rss < MAX_WORKER_RSS, worker.memory_info()
 

@@ -1,6 +1,9 @@
-"""`normalize_text`: the reference's normalisation, per request, on the WebSocket (default off),
-in streams (each segment once complete) and on HTTP (default on); inline pronunciations,
-pinyin and tags pass through untouched. Real servers and clients."""
+"""`normalize_text`: per request, on the WebSocket (default off), in streams (each segment once
+complete) and on HTTP (default on); `true` reads English with NeMo's normaliser (numbers as a
+listener expects them), `"reference"` is exactly the reference's normalisation; inline
+pronunciations, pinyin and tags pass through untouched. Real servers and clients; what the
+engine was given is read back through `keep_voice` (a kept voice's text is what its first
+chunk spoke)."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ import httpx
 import numpy as np
 import pytest
 
+from server.text import normalize_nemo
 from server.text.normalize import normalize
 from tests.support.chorus_client import request_once, stream_once
 
@@ -26,12 +30,19 @@ SEED = {"num_step": 4, "seed": 21}
 def test_the_reference_normalisation_exactly(text, language):
     from omnivoice.utils.text import normalize_text as reference
 
-    assert normalize(text, language) == reference(text, language)
+    assert normalize(text, language, "reference") == reference(text, language)
+
+
+def test_true_reads_english_with_nemo_and_other_languages_as_the_reference():
+    assert normalize("1,000 people paid $3.50.", "en") == "one thousand people paid three dollars fifty cents."
+    for text, language in [("我有3个苹果，价格是12.5元", None), ("Ich habe 3 Äpfel und 12 Birnen.", "de")]:
+        assert normalize(text, language) == normalize(text, language, "reference")
 
 
 def test_inline_pronunciations_tags_and_pinyin_pass_untouched():
-    out = normalize("Say [B EY1 S] 2 times [laughter].", "en")
-    assert "[B EY1 S]" in out and "[laughter]" in out and "two" in out and "2" not in out
+    for choice in (True, "reference"):
+        out = normalize("Say [B EY1 S] 2 times [laughter].", "en", choice)
+        assert "[B EY1 S]" in out and "[laughter]" in out and "two" in out and "2" not in out
     zh = normalize("第3个字读ZHONG1，[breath]", "zh")
     assert "ZHONG1" in zh and "[breath]" in zh and "三" in zh
 
@@ -80,3 +91,41 @@ def test_http_normalises_by_default_and_can_be_told_not_to(chorus_server):
     assert pcm(text, normalize_text=False) != pcm(text)
     bad = httpx.post(chorus_server.url + "/v1/audio/speech", json={"input": "x", "normalize_text": 1})
     assert bad.status_code == 422 and bad.json()["error"]["field"] == "normalize_text"
+
+
+def _kept_text(server, response: httpx.Response) -> str:
+    """What the engine was given for the request (`keep_voice`: its kept voice's text)."""
+    assert response.status_code == 200, response.text
+    return httpx.get(f"{server.url}/v1/voices/{response.headers['x-chorus-voice-id']}").json()["text"]
+
+
+def test_http_reads_numbers_as_a_listener_expects_and_keeps_the_reference_selectable(chorus_server):
+    from omnivoice.utils.text import normalize_text as reference
+
+    def given(text: str, **extra) -> str:
+        return _kept_text(chorus_server, httpx.post(chorus_server.url + "/v1/audio/speech", timeout=120, json={
+            "input": text, "response_format": "pcm", "keep_voice": True, **SEED, **extra}))
+
+    text = "1,000 people came."
+    assert given(text) == "one thousand people came."  # the default: true, NeMo's for English
+    assert given(text, normalize_text=True) == "one thousand people came."
+    assert given(text, normalize_text="reference") == reference(text) == "thousand people came."
+    assert given(text, normalize_text=False) == text
+    bad = httpx.post(chorus_server.url + "/v1/audio/speech", json={"input": "x", "normalize_text": "nemo"})
+    assert bad.status_code == 422 and bad.json()["error"]["field"] == "normalize_text"
+    assert '"reference"' in bad.json()["error"]["message"]
+
+
+def test_websocket_true_reads_numbers_as_a_listener_expects(chorus_server):
+    from omnivoice.utils.text import normalize_text as reference
+
+    def given(text: str, choice) -> str:
+        out = asyncio.run(request_once(chorus_server.ws_url, "k", text, keep_voice=True,
+                                       options={**SEED, "normalize_text": choice}))
+        assert out.end["type"] == "done", out.end
+        return httpx.get(f"{chorus_server.url}/v1/voices/{out.end['voice_id']}").json()["text"]
+
+    text = "It costs $3.50 for 1,000 people."
+    assert given(text, True) == "It costs three dollars fifty cents for one thousand people."
+    assert given(text, "reference") == reference(text)
+    assert normalize_nemo.is_built()  # the server compiled NeMo's grammars into its cache

@@ -85,7 +85,7 @@ def test_stream_segments_get_words_between_their_audio_and_segment_frames(chorus
         at = out.frames.index(said)
         assert out.frames[at + 1] is seg and isinstance(out.frames[at - 1], Audio)  # audio, words, segment
         assert out.frames[at - 1].header["segment"] == seg["segment"] and out.frames[at - 1].header["final"]
-    assert [w["text"] for w in words[0]["words"]][:4] == ["It", "costs", "three", "point"]  # as spoken
+    assert [w["text"] for w in words[0]["words"]][:4] == ["It", "costs", "three", "dollars"]  # as spoken
     assert kinds[-1] == "done"
 
 

@@ -1,6 +1,6 @@
 """`normalize_text` in worker processes: the same text as in-process (whole when it fits one
-piece, piece by piece when longer), and a worker that dies fails only the request whose piece
-it held; a cancelled request's piece ends with its worker."""
+piece, piece by piece when longer), by the normaliser each request chose, and a worker that dies
+fails only the request whose piece it held; a cancelled request's piece ends with its worker."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import signal
 
 import pytest
 
-from server.text import normalize
+from server.text import normalize, normalize_nemo
 from server.text.normalize_pieces import MAX_PIECE_WEIGHT, join, pieces
 from server.text.normalize_workers import NormalizerWorkers, WorkerDied
 
@@ -56,3 +56,19 @@ def test_workers_give_what_the_process_gives_and_survive_a_dead_worker():
         asyncio.run(go())
     finally:
         workers.close()
+
+
+@pytest.mark.skipif(not normalize_nemo.available(), reason="nemo-text-processing is not installed")
+def test_workers_follow_each_requests_choice():
+    workers = NormalizerWorkers(1)
+    text = "1,000 people came."
+
+    async def go() -> tuple[str, str]:
+        return await asyncio.gather(workers.normalize(text, "en"), workers.normalize(text, "en", choice="reference"))
+
+    try:
+        best, reference = asyncio.run(go())
+    finally:
+        workers.close()
+    assert best == normalize.normalize(text, "en") == "one thousand people came."
+    assert reference == normalize.normalize(text, "en", "reference") == "thousand people came."
