@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import itertools
-import json
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -23,8 +22,7 @@ from litestar import Request, Response, post
 from litestar.response import Stream
 
 from server.api.auth import owner_of
-from server.api.errors import ApiError
-from server.api.speech import CLIENT_GONE, turn_error_response, until_disconnected
+from server.api.speech import first_audio_or_refusal, read_body, sse_event
 from server.audio.encoders import MEDIA_TYPES, StreamEncoder, default_rate, encode, http_encoder, ws_encoder
 from server.audio.files import encode_flac
 from server.config import ServerConfig
@@ -146,14 +144,9 @@ async def dialogue(request: Request, service: SynthesisService, config: ServerCo
     "instruct"?, "options"?}], "pause_ms"?, "response_format"?, "stream_format"?}` plus the speech
     body's knobs at the top level. Every line is synthesised at once and heard in order."""
     received_at = time.perf_counter()
-    try:
-        body = parse_dialogue_body(await request.body(), config.max_text_chars, config.max_dialogue_lines)
-    except p.ProtocolError as exc:
-        service.reject(ENDPOINT, exc.code)
-        raise ApiError(exc.code, exc.message, field=exc.field) from None
+    body = await read_body(request, service, ENDPOINT, lambda data: parse_dialogue_body(
+        data, config.max_text_chars, config.max_dialogue_lines))
     sse = body.stream_format == "sse"
-    if body.timestamps and not sse:
-        raise ApiError("invalid_request", 'timestamps: need "stream_format": "sse"', field="timestamps")
     request_id = f"d{next(_request_ids)}"
     work = dialogue_of(service, DialogueRequest(
         request_id=request_id, client_id=request_id, endpoint=ENDPOINT, owner=owner_of(request, config.api_keys),
@@ -161,12 +154,9 @@ async def dialogue(request: Request, service: SynthesisService, config: ServerCo
         normalize=bool(body.normalize_text), timestamps=body.timestamps, received_at=received_at),
         config.engine.max_audio_seconds)
     events = _Prefetched(work.events())
-    first = await _first(request, events)
-    if first is None:
-        work.cancel()
-        return Response(b"", status_code=CLIENT_GONE)
-    if isinstance(first, TurnEnd):
-        return turn_error_response(first)
+    first = await first_audio_or_refusal(request, work, _first(events))
+    if isinstance(first, Response):
+        return first
     headers = {"X-Request-Id": request_id, "X-Sample-Rate": str(service.sample_rate)}
     return Stream(_body(work, events, body, service.sample_rate), headers=headers,
                   media_type="text/event-stream" if sse else MEDIA_TYPES[body.response_format])
@@ -191,70 +181,53 @@ class _Prefetched:
             yield event
 
 
-async def _first(request: Request, events: _Prefetched) -> DialogueEvent | None:
-    """Read ahead to the first audio (it will play: 200) or the end (an error's status); None
-    when the client went away first."""
-    async def first() -> DialogueEvent:
-        while True:
-            event = await events.ahead()
-            if isinstance(event, TurnEnd) or (isinstance(event, LineEvent) and isinstance(event.event, TurnAudio)):
-                return event
-
-    waiting = asyncio.ensure_future(first())
-    gone = asyncio.ensure_future(until_disconnected(request))
-    try:
-        await asyncio.wait((waiting, gone), return_when=asyncio.FIRST_COMPLETED)
-        return waiting.result() if waiting.done() else None
-    finally:
-        gone.cancel()
-        waiting.cancel()
-
-
-def _sse(event: dict) -> bytes:
-    return f"data: {json.dumps(event, separators=(',', ':'))}\n\n".encode()
+async def _first(events: _Prefetched) -> DialogueEvent:
+    """Read ahead to the first audio (it will play: 200) or the end (an error's status)."""
+    while True:
+        event = await events.ahead()
+        if isinstance(event, TurnEnd) or (isinstance(event, LineEvent) and isinstance(event.event, TurnAudio)):
+            return event
 
 
 async def _body(work: Dialogue, events: _Prefetched, body: DialogueBody, rate: int) -> AsyncIterator[bytes]:
     """The dialogue's bytes (or sse events), lines and pauses in order, at the engine's rate;
     cut short when a line fails; a client that leaves cancels every line."""
-    fmt, sse = body.response_format, body.stream_format == "sse"
+    fmt, as_events = body.response_format, body.stream_format == "sse"
     encoder: StreamEncoder | None = None if fmt == "flac" else http_encoder(fmt, rate)
     whole: list[np.ndarray] = []  # flac: written whole at the end
     clock, ended = _Clock(rate), False
+
+    def delta(data: bytes) -> bytes:
+        return sse_event({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()}) if as_events \
+            else data
+
     try:
         async for event in events:
             if isinstance(event, LineStart):
                 clock.line_start = clock.samples
-                if sse:
-                    yield _sse({"type": "speech.audio.line", "line": event.line, "voice": event.voice,
-                                "text": event.text, "offset_samples": clock.samples})
+                if as_events:
+                    yield sse_event({"type": "speech.audio.line", "line": event.line, "voice": event.voice,
+                                     "text": event.text, "offset_samples": clock.samples})
             elif isinstance(event, TurnEnd):
                 if event.outcome != "done":
                     raise RuntimeError(f"dialogue ended mid-stream: {event.outcome} ({event.message})")
                 if encoder is None:
-                    data = await asyncio.to_thread(encode_flac, np.concatenate(whole) if whole else np.zeros(0), rate)
-                    yield _sse({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()}) if sse \
-                        else data
-                else:
-                    tail = (await encode(encoder, np.zeros(0, dtype=np.float32), True)).data
-                    if tail:
-                        yield _sse({"type": "speech.audio.delta", "audio": base64.b64encode(tail).decode()}) if sse \
-                            else tail
-                if sse:
-                    yield _sse({"type": "speech.audio.done", "audio_seconds": event.audio_seconds})
+                    yield delta(await asyncio.to_thread(encode_flac, np.concatenate(whole) if whole else
+                                                        np.zeros(0, dtype=np.float32), rate))
+                elif tail := (await encode(encoder, np.zeros(0, dtype=np.float32), True)).data:
+                    yield delta(tail)
+                if as_events:
+                    yield sse_event({"type": "speech.audio.done", "audio_seconds": event.audio_seconds})
                 ended = True
-            elif isinstance(event, LineEvent) and isinstance(event.event, TurnWords) and sse:
+            elif isinstance(event, LineEvent) and isinstance(event.event, TurnWords) and as_events:
                 shifted = clock.shifted(event.event.frame, event.line)
-                yield _sse({**msgspec.to_builtins(shifted), "type": "speech.audio.words", "id": None})
+                yield sse_event({**msgspec.to_builtins(shifted), "type": "speech.audio.words", "id": None})
             elif (audio := _audio_of(event, rate)) is not None:
                 clock.samples += audio.shape[-1]
                 if encoder is None:
                     whole.append(audio)
-                    continue
-                data = (await encode(encoder, audio, False)).data
-                if data:
-                    yield _sse({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()}) if sse \
-                        else data
+                elif data := (await encode(encoder, audio, False)).data:
+                    yield delta(data)
     finally:
         if encoder is not None:
             encoder.close()

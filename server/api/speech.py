@@ -20,17 +20,17 @@ import json
 import logging
 import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Protocol, TypeVar
 
 import msgspec
 import numpy as np
 from litestar import Request, Response, post
-from litestar.openapi.spec import OpenAPIMediaType, OpenAPIResponse, Reference, Schema
 from litestar.response import Stream
 
 from server.api.auth import owner_of
 from server.api.errors import ApiError, error_response
-from server.api.schema_parts import REF, binary, documented, header, json_body
+from server.api.schema_parts import audio_response, documented, header, json_body
 from server.audio.encoders import MEDIA_TYPES, StreamEncoder, encode, http_encoder
 from server.audio.files import encode_flac, encode_samples, wav_header
 from server.config import ServerConfig
@@ -46,6 +46,15 @@ from server.wire import messages as p
 from server.wire.speech_body import SpeechRequest, parse_speech_request
 
 log = logging.getLogger("chorus.speech")
+T = TypeVar("T")
+
+
+class _Body(Protocol):
+    timestamps: str | None
+    stream_format: str | None
+
+
+B = TypeVar("B", bound=_Body)
 _request_ids = itertools.count(1)
 ENDPOINT = "speech"
 AUDIO_TOKENS_PER_SECOND = 25
@@ -77,21 +86,31 @@ def turn_error_response(end: TurnEnd) -> Response:
     return error_response(error.code, error.message, error.status, error.headers, error.field)
 
 
+async def read_body(request: Request, service: SynthesisService, endpoint: str, parse: Callable[[bytes], B]) -> B:
+    """The body as `parse` reads it, or its `ApiError` (counted as a refusal); word timestamps
+    need `stream_format: "sse"` (a body with both fields)."""
+    try:
+        body = parse(await request.body())
+    except p.ProtocolError as exc:
+        service.reject(endpoint, exc.code)
+        raise ApiError(exc.code, exc.message, field=exc.field) from None
+    if body.timestamps and body.stream_format != "sse":
+        service.reject(endpoint, "invalid_request")
+        raise ApiError("invalid_request", 'timestamps: need "stream_format": "sse" (the words come as '
+                       "speech.audio.words events between the audio's)", field="timestamps")
+    return body
+
+
 async def until_disconnected(request: Request) -> None:
     """Returns when the client goes away (its body has been read: what comes next is the end)."""
     while (await request.receive())["type"] != "http.disconnect":
         pass
 
 
-async def _first_audio(request: Request, events: AsyncIterator[TurnEvent]) -> TurnAudio | TurnEnd | None:
-    """The turn's first audio (or its end), or None when the client went away first."""
-    async def first() -> TurnAudio | TurnEnd:
-        async for event in events:
-            if isinstance(event, (TurnAudio, TurnEnd)):
-                return event
-        raise AssertionError("a turn ends with TurnEnd")
-
-    waiting = asyncio.ensure_future(first())
+async def while_connected(request: Request, work: Awaitable[T]) -> T | None:
+    """`work`'s result, or None when the client went away first (`work` is then cancelled): a
+    door waits so for what decides its response's status."""
+    waiting = asyncio.ensure_future(work)
     gone = asyncio.ensure_future(until_disconnected(request))
     try:
         await asyncio.wait((waiting, gone), return_when=asyncio.FIRST_COMPLETED)
@@ -101,28 +120,42 @@ async def _first_audio(request: Request, events: AsyncIterator[TurnEvent]) -> Tu
         waiting.cancel()
 
 
-def _sse(event: dict) -> bytes:
+class _Cancellable(Protocol):
+    def cancel(self) -> None: ...
+
+
+async def first_audio_or_refusal(request: Request, work: _Cancellable, first: Awaitable[T]) -> T | Response:
+    """What decides a response's status: the first audio (returned as it is), or the response for
+    a client that left first (its work cancelled) or for work that ended first (its error)."""
+    event = await while_connected(request, first)
+    if event is None:
+        work.cancel()
+        return Response(b"", status_code=CLIENT_GONE)
+    if isinstance(event, TurnEnd):
+        return turn_error_response(event)
+    return event
+
+
+async def _first_audio(events: AsyncIterator[TurnEvent]) -> TurnAudio | TurnEnd:
+    """The turn's first audio (it will play: 200), or its end (an error's status)."""
+    async for event in events:
+        if isinstance(event, (TurnAudio, TurnEnd)):
+            return event
+    raise AssertionError("a turn ends with TurnEnd")
+
+
+def sse_event(event: dict) -> bytes:
     return f"data: {json.dumps(event, separators=(',', ':'))}\n\n".encode()
 
 
-_AUDIO = OpenAPIResponse(
-    description="The audio in the `response_format`'s media type, streamed as its chunks finish (flac whole); "
-                "with `stream_format: \"sse\"`, `text/event-stream` events (`SpeechEvent`)",
-    content={**{media: binary(media) for media in MEDIA_TYPES.values()},
-             "text/event-stream": OpenAPIMediaType(schema=Schema(  # one event (OpenAPI before 3.2)
-                 type="object", required=["data"], description="one event: `data: ` + a JSON `SpeechEvent`",
-                 properties={"data": Schema(type="string", content_media_type="application/json",
-                                            content_schema=Reference(REF.format(name="SpeechEvent"))),
-                             "event": Schema(type="string")}))},
-    headers={"X-Request-Id": header("the request's id, as in the server log", required=True),
-             "X-Sample-Rate": header("the audio's sample rate in Hz", required=True, pattern=r"^[0-9]+$"),
-             USED_HEADER: header("the voice design items found in `instructions` (`; `-separated)"),
-             IGNORED_HEADER: header("what of `instructions` was ignored (`; `-separated, percent-encoded)"),
-             VOICE_HEADER: header("with `keep_voice`: the kept voice's id")})
+_AUDIO = audio_response({
+    USED_HEADER: header("the voice design items found in `instructions` (`; `-separated)"),
+    IGNORED_HEADER: header("what of `instructions` was ignored (`; `-separated, percent-encoded)"),
+    VOICE_HEADER: header("with `keep_voice`: the kept voice's id")})
 
 
 @post("/audio/speech", status_code=200, operation_id="createSpeech", tags=["audio"],
-      **documented(404, 413, 422, ok=("200", _AUDIO), body=json_body("SpeechRequest", "OpenAI's speech body, "
+      **documented(404, 413, 422, ok=_AUDIO, body=json_body("SpeechRequest", "OpenAI's speech body, "
                    "plus OmniVoice's knobs at the top level")))
 async def speech(request: Request, service: SynthesisService, config: ServerConfig) -> Response | Stream:
     """OpenAI's speech endpoint. JSON body: `model` (any name), `input`, `voice` (a built-in
@@ -130,16 +163,9 @@ async def speech(request: Request, service: SynthesisService, config: ServerConf
     aac, flac, wav, pcm), `speed`, `stream_format` (`audio` or `sse`), plus OmniVoice's options
     at the top level (`language`, `num_step`, `guidance_scale`, `seed`, ...: docs/protocol.md)."""
     received_at = time.perf_counter()  # the engine's timings count from here
-    try:
-        body = parse_speech_request(await request.body(), config.max_text_chars, config.max_instructions_chars)
-    except p.ProtocolError as exc:
-        service.reject(ENDPOINT, exc.code)
-        raise ApiError(exc.code, exc.message, field=exc.field) from None
+    body = await read_body(request, service, ENDPOINT, lambda data: parse_speech_request(
+        data, config.max_text_chars, config.max_instructions_chars))
     sse = body.stream_format == "sse"
-    if body.timestamps and not sse:
-        service.reject(ENDPOINT, "invalid_request")
-        raise ApiError("invalid_request", 'timestamps: need "stream_format": "sse" (the words come as '
-                       "speech.audio.words events between the audio's)", field="timestamps")
     request_id = f"h{next(_request_ids)}"
     instructions = map_instructions(body.instructions)
     turn = Turn(service, TurnRequest(
@@ -149,12 +175,9 @@ async def speech(request: Request, service: SynthesisService, config: ServerConf
         stream="whole" if body.response_format == "flac" else "chunk", keep_voice=body.keep_voice,
         timestamps=body.timestamps, progress=False, received_at=received_at)).start()
     events = turn.events()
-    first = await _first_audio(request, events)
-    if first is None:
-        turn.cancel()
-        return Response(b"", status_code=CLIENT_GONE)
-    if isinstance(first, TurnEnd):
-        return turn_error_response(first)
+    first = await first_audio_or_refusal(request, turn, _first_audio(events))
+    if isinstance(first, Response):
+        return first
     headers = {"X-Request-Id": request_id, "X-Sample-Rate": str(service.sample_rate)}
     if instructions.instruct:
         headers[USED_HEADER] = header_value([instructions.instruct])
@@ -192,10 +215,10 @@ async def _body(turn: Turn, events: AsyncIterator[TurnEvent], first: TurnAudio, 
                 data = (await asyncio.to_thread(encode_flac, event.audio, rate) if encoder is None  # flac: sse only
                         else (await encode(encoder, event.audio, event.final)).data)
                 if data:
-                    yield _sse({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()}) if sse \
+                    yield sse_event({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()}) if sse \
                         else data
             elif isinstance(event, TurnWords) and sse:
-                yield _sse(_words_event(event.frame))
+                yield sse_event(_words_event(event.frame))
             elif isinstance(event, TurnEnd):
                 if event.outcome != "done":
                     raise RuntimeError(f"request {turn.request.request_id} ended mid-stream: {event.outcome} "
@@ -208,7 +231,7 @@ async def _body(turn: Turn, events: AsyncIterator[TurnEvent], first: TurnAudio, 
                           "usage": {"input_tokens": words, "output_tokens": tokens, "total_tokens": words + tokens}}
             if voice_id is not None:
                 done["voice_id"] = voice_id
-            yield _sse(done)
+            yield sse_event(done)
         ended = True
     finally:
         if encoder is not None:

@@ -51,31 +51,32 @@ NO_CHUNKING_S = float(BY_NAME["chunk_threshold"].high)
 _U64 = 1 << 64
 
 
-@dataclass
-class Outlet:
-    """How a stream talks to its connection."""
+@dataclass(frozen=True)
+class StreamHost:
+    """What a stream gets from its connection: the service, the limits, whose it is, the prefix of
+    its segments' request ids, and how it talks back."""
 
+    service: SynthesisService
+    limits: StreamLimits
+    owner: Owner
+    prefix: str
     send: Callable[[Struct], None]
     send_bytes: Callable[[bytes, float], None]  # an audio frame, and the seconds of audio it carries
     ended: Callable[[StreamSession], None]  # the stream sent its end; forget it
 
 
 class StreamSession:
-    def __init__(self, msg: p.StreamOpen, request_prefix: str, service: SynthesisService,
-                 limits: StreamLimits, outlet: Outlet, owner: Owner):
+    def __init__(self, msg: p.StreamOpen, host: StreamHost):
         self.id = msg.id
         self.msg = msg
-        self.prefix = request_prefix
-        self.service = service
-        self.limits = limits
-        self.outlet = outlet
-        self.owner = owner
+        self.host = host
+        service, limits = host.service, host.limits
         self.segmenter = Segmenter()
         asked = p.generation_options(msg.options)
         self.first_chunk_seconds = asked.first_chunk_seconds  # the first segment's fast start
         self.options = replace(asked, chunk_threshold=NO_CHUNKING_S, first_chunk_seconds=None)
         self.chained = msg.voice is None and msg.reference is None
-        self.meta = OrderedFrames(outlet.send, lambda: self.ended)  # words, in order
+        self.meta = OrderedFrames(host.send, lambda: self.ended)  # words, in order
         self.cap = AudioCap(limits.max_audio_seconds)  # the segments' audio together
         self.voice: VoicePrompt | None = None
         self.voice_ready = False
@@ -83,7 +84,7 @@ class StreamSession:
         self.segments: list[Segment] = []  # released to the engine, in order
         self.running = 0  # released and not finished
         self.playback = StreamPlayback(msg.id, msg.encoding, msg.sample_rate, service.sample_rate,
-                                       self.meta.send, outlet.send_bytes, service.metrics.stream_late,
+                                       self.meta.send, host.send_bytes, service.metrics.stream_late,
                                        self._segment_words)
         self.closed = False
         self.late_frame: str | None = None  # a frame after stream_close: the stream ends with its error
@@ -110,10 +111,10 @@ class StreamSession:
     async def _start(self) -> None:
         ref = self.msg.reference
         try:
-            self.voice = await self.service.voices.resolve(self.msg.voice, ref.audio if ref else None,
-                                                           ref.text if ref else None, self.owner)
+            self.voice = await self.host.service.voices.resolve(self.msg.voice, ref.audio if ref else None,
+                                                           ref.text if ref else None, self.host.owner)
         except ServiceError as exc:
-            self.service.reject(ENDPOINT, exc.code)
+            self.host.service.reject(ENDPOINT, exc.code)
             self._end(p.ErrorMsg(self.id, exc.code, exc.message))
             return
         except Exception:  # a bug here fails this stream only
@@ -123,7 +124,7 @@ class StreamSession:
         if self.ended:
             return
         self.voice_ready = True
-        self.outlet.send(p.AcceptedMsg(self.id, None, []))
+        self.host.send(p.AcceptedMsg(self.id, None, []))
         self._pump()
 
     def append(self, text: str) -> None:
@@ -168,12 +169,13 @@ class StreamSession:
             if index == 0 and self.first_chunk_seconds is not None:
                 options = replace(options, first_chunk_seconds=self.first_chunk_seconds)
             request = TurnRequest(  # the stream's voice, resolved once, is given at release
-                request_id=f"{self.prefix}/{self.id}/{index}", client_id=self.id, endpoint=ENDPOINT, text=text,
-                owner=self.owner, voice=self.msg.voice, voice_at_release=True, instruct=self.msg.instruct,
+                request_id=f"{self.host.prefix}/{self.id}/{index}", client_id=self.id, endpoint=ENDPOINT, text=text,
+                owner=self.host.owner, voice=self.msg.voice, voice_at_release=True, instruct=self.msg.instruct,
                 language=self.msg.language, options=options, normalize=self.msg.options.normalize_text,
                 keep_voice=index == 0 and self.msg.keep_voice, progress=self.msg.progress, segment=index)
             first_tokens = self._first_tokens if index == 0 and self.chained else None
-            turn = Turn(self.service, request, audio_cap=self.cap, on_first_tokens=first_tokens, on_ready=self._pump)
+            turn = Turn(self.host.service, request, audio_cap=self.cap, on_first_tokens=first_tokens,
+                        on_ready=self._pump)
             seg = Segment(index, text, turn.prepare())
             self.pending.append(seg)
             asyncio.get_running_loop().create_task(self._relay(seg))
@@ -181,7 +183,7 @@ class StreamSession:
     def _pump(self) -> None:
         """Release prepared segments in order while there is room; then see whether the stream is done."""
         while (not self.ended and self.voice_ready and self.pending
-               and self.running < self.limits.max_segments_inflight):
+               and self.running < self.host.limits.max_segments_inflight):
             if self.chained and self.segments and self.voice is None:
                 break  # later segments take the first one's tokens as their voice
             head = self.pending[0]
@@ -207,7 +209,7 @@ class StreamSession:
     def _first_tokens(self, event: ChunkTokens) -> None:
         """Segment 0's tokens: the voice of the rest (automatic and design modes)."""
         if self.voice is None:
-            self.voice = chained_voice(event.tokens, event.text, self.service.frame_rate)
+            self.voice = chained_voice(event.tokens, event.text, self.host.service.frame_rate)
             self._pump()
 
     async def _relay(self, seg: Segment) -> None:
@@ -218,13 +220,14 @@ class StreamSession:
             if isinstance(event, TurnAccepted):
                 seg.planned_s = sum(event.target_seconds)
             elif isinstance(event, TurnProgress):
-                self.outlet.send(StreamProgressMsg(self.id, event.chunk, event.step, event.num_steps,
+                self.host.send(StreamProgressMsg(self.id, event.chunk, event.step, event.num_steps,
                                                    event.fraction, segment=seg.index))
             elif isinstance(event, TurnAudio):
                 self.playback.audio(self.segments, seg, event)
                 if seg.index == 0 and not self._first_audio_counted:
                     self._first_audio_counted = True
-                    self.service.metrics.first_audio_of("stream_first", self._first_audio_ms(time.perf_counter()) / 1e3)
+                    first_ms = self._first_audio_ms(time.perf_counter()) or 0.0
+                    self.host.service.metrics.first_audio_of("stream_first", first_ms / 1e3)
             elif isinstance(event, TurnEnd):
                 self._segment_ended(seg, event)
 
@@ -235,7 +238,7 @@ class StreamSession:
             if seg.index == 0:
                 self.queue_ms, self.kept_voice_id = end.queue_ms, end.voice_id
             elif end.first_audio_ms is not None:  # a later segment: from its submission
-                self.service.metrics.first_audio_of("stream_later", end.first_audio_ms / 1000.0)
+                self.host.service.metrics.first_audio_of("stream_later", end.first_audio_ms / 1000.0)
             self.playback.advance(self.segments)
             self._pump()
         elif end.outcome == "cancelled" and not end.requested:  # the server is stopping
@@ -250,17 +253,17 @@ class StreamSession:
     def _over_buffer(self, arriving: int) -> bool:
         """Would `arriving` more characters take the text waiting over its limit? Then end."""
         buffered = self.segmenter.buffered + sum(len(seg.text) for seg in self.pending) + arriving
-        if buffered > self.limits.max_buffered_chars:
+        if buffered > self.host.limits.max_buffered_chars:
             self._end(p.ErrorMsg(self.id, "stream_too_long",
                                  f"text: {buffered} characters waiting to be spoken, over the limit of "
-                                 f"{self.limits.max_buffered_chars}; send text no faster than it is spoken",
+                                 f"{self.host.limits.max_buffered_chars}; send text no faster than it is spoken",
                                  "text"))
-        return buffered > self.limits.max_buffered_chars
+        return buffered > self.host.limits.max_buffered_chars
 
     def _segment_words(self, seg: Segment, event: TurnAudio, start: int, end: int, rate: int) -> None:
         """A segment's last audio frame is out: its words, before its `segment` frame."""
         if self.msg.timestamps:
-            self.meta.send(segment_words(self.service.aligner, self.id, self.msg.timestamps, seg.spoken,
+            self.meta.send(segment_words(self.host.service.aligner, self.id, self.msg.timestamps, seg.spoken,
                                          event.audio, event.sample_rate, start, end, rate, seg.index,
                                          seg.turn.as_written))
 
@@ -304,15 +307,15 @@ class StreamSession:
 
     def _rearm_idle(self) -> None:
         self._idle.cancel()
-        self._idle = self._loop.call_later(self.limits.idle_seconds, self._on_idle)
+        self._idle = self._loop.call_later(self.host.limits.idle_seconds, self._on_idle)
 
     def _on_idle(self) -> None:
-        self._end(p.ErrorMsg(self.id, "stream_idle", f"no text for {self.limits.idle_seconds:g} s; "
+        self._end(p.ErrorMsg(self.id, "stream_idle", f"no text for {self.host.limits.idle_seconds:g} s; "
                              "send stream_close when the text is complete"))
 
     def _on_too_long(self) -> None:
         self._end(p.ErrorMsg(self.id, "stream_too_long",
-                             f"the stream lasted over the limit of {self.limits.max_seconds:g} s"))
+                             f"the stream lasted over the limit of {self.host.limits.max_seconds:g} s"))
 
     def _end(self, message: p.ServerMessage) -> None:
         """Exactly one end per stream: stop what still runs, send `message`, be forgotten."""
@@ -326,5 +329,5 @@ class StreamSession:
                 seg.turn.cancel()
         self.pending.clear()
         self.playback.stop(self.segments)
-        self.outlet.send(message)
-        self.outlet.ended(self)
+        self.host.send(message)
+        self.host.ended(self)

@@ -10,7 +10,7 @@ from collections import deque
 from collections.abc import Callable
 
 from server.config import StreamLimits
-from server.streaming.session import Outlet, StreamSession
+from server.streaming.session import StreamHost, StreamSession
 from server.turns.service import SynthesisService
 from server.voices.store import Owner
 from server.wire import messages as p
@@ -22,12 +22,8 @@ class ConnectionStreams:
     def __init__(self, service: SynthesisService, limits: StreamLimits, prefix: str, owner: Owner, *,
                  send: Callable, send_bytes: Callable[[bytes, float], None],
                  refuse: Callable[[str | None, str, str, str | None], None]):
-        self.service = service
-        self.limits = limits
-        self.prefix = prefix
-        self.owner = owner
         self.refuse = refuse
-        self.outlet = Outlet(send, send_bytes, self._ended)
+        self.host = StreamHost(service, limits, owner, prefix, send, send_bytes, self._ended)
         self.open: dict[str, StreamSession] = {}
         self._recent: deque[str] = deque(maxlen=RECENT_ENDS)
 
@@ -39,7 +35,7 @@ class ConnectionStreams:
 
     def start(self, msg: p.StreamOpen) -> None:
         """Open a stream (the connection has checked the id and its in-flight limit)."""
-        session = StreamSession(msg, self.prefix, self.service, self.limits, self.outlet, self.owner)
+        session = StreamSession(msg, self.host)
         self.open[msg.id] = session
         if msg.id in self._recent:
             self._recent.remove(msg.id)

@@ -17,7 +17,9 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field, replace
+
+import msgspec
+from msgspec import Struct
 
 from server.engine.types import ChunkTokens, GenerationOptions, VoicePrompt
 from server.errors import ServiceError
@@ -33,16 +35,14 @@ from server.voices.store import Owner
 log = logging.getLogger("chorus.turns")
 
 
-@dataclass(frozen=True)
-class ScriptLine:
+class ScriptLine(Struct, frozen=True):
     text: str
     voice: str | None = None
     instruct: str | None = None
-    options: GenerationOptions = field(default_factory=GenerationOptions)
+    options: GenerationOptions = msgspec.field(default_factory=GenerationOptions)
 
 
-@dataclass(frozen=True)
-class DialogueRequest:
+class DialogueRequest(Struct, frozen=True):
     request_id: str
     client_id: str
     endpoint: str
@@ -58,8 +58,7 @@ class DialogueRequest:
     text_field: str = "lines"
 
 
-@dataclass(frozen=True)
-class LineStart:
+class LineStart(Struct, frozen=True):
     """Line `line` begins here (its audio follows)."""
 
     line: int
@@ -67,15 +66,13 @@ class LineStart:
     text: str
 
 
-@dataclass(frozen=True)
-class Pause:
+class Pause(Struct, frozen=True):
     """Silence between two lines, in seconds."""
 
     seconds: float
 
 
-@dataclass(frozen=True)
-class LineEvent:
+class LineEvent(Struct, frozen=True):
     """One of a line's turn events (progress, audio, words)."""
 
     line: int
@@ -185,8 +182,9 @@ class Dialogue:
                     yield LineEvent(k, event)
             if event.outcome != "done":
                 self.cancel()  # the other lines too
-                yield replace(event, message=f"line {k}: {event.message}") if of_line and event.outcome == "error" \
-                    else event
+                if of_line and event.outcome == "error":
+                    event = msgspec.structs.replace(event, message=f"line {k}: {event.message}")
+                yield event
                 return
             first = first or event
             seconds += event.audio_seconds

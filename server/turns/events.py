@@ -7,46 +7,40 @@ words are already placed on the clock of the audio the client receives.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
-import numpy as np
+from msgspec import Struct
 
 from server.timestamps.frames import WordsMsg
 
 
-@dataclass(frozen=True)
-class TurnAccepted:
+class TurnAccepted(Struct, frozen=True):
     chunks: int
     target_seconds: tuple[float, ...]
 
 
-@dataclass(frozen=True)
-class TurnProgress:
+class TurnProgress(Struct, frozen=True):
     chunk: int
     step: int
     num_steps: int
     fraction: float
 
 
-@dataclass(frozen=True)
-class TurnAudio:
+class TurnAudio(Struct, frozen=True):
     chunk: int
-    audio: np.ndarray
+    audio: Any  # float32 samples (numpy), at `sample_rate`
     sample_rate: int
     final: bool
 
 
-@dataclass(frozen=True)
-class TurnWords:
+class TurnWords(Struct, frozen=True):
     """A chunk's words (with `stream: "whole"`, every chunk's), after that chunk's audio."""
 
     chunk: int
     frame: WordsMsg
 
 
-@dataclass(frozen=True)
-class TurnEnd:
+class TurnEnd(Struct, frozen=True):
     """Exactly one per turn. `requested`: a cancel the client (or its door) asked for, rather
     than the server stopping; `code`/`field`/`retry_after_ms`: an error's, as the wire says it."""
 

@@ -20,7 +20,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
-from dataclasses import replace
+
+import msgspec
 
 from server.engine.types import ChunkAudio, ChunkTokens, Finished, Progress, SynthesisRequest, VoicePrompt
 from server.errors import ServiceError
@@ -237,7 +238,7 @@ class Turn:
             await self._words_sent
         if self.kept is not None:
             try:
-                end = replace(end, voice_id=await self.kept.voice_id())
+                end = msgspec.structs.replace(end, voice_id=await self.kept.voice_id())
             except KeepFailed as exc:
                 end = TurnEnd("error", "internal", str(exc), "keep_voice")
         self._end(end)

@@ -22,7 +22,7 @@ import time
 from contextlib import contextmanager
 
 from server.voices.sql_library import COLUMNS, SqlVoiceLibrary, Statements, new_voice, visible, well_formed
-from server.voices.store import KEPT_ID_BYTES, KEPT_PREFIX, Owner, VoiceInfo, kept_to_remove
+from server.voices.store import KEPT_ID_BYTES, Owner, VoiceInfo
 
 log = logging.getLogger("chorus.voices")
 CHANNEL = "chorus_voices"  # NOTIFY payload: a removed voice's id
@@ -61,6 +61,7 @@ class PostgresVoiceStore(SqlVoiceLibrary):
         delete_pronunciation="DELETE FROM chorus_pronunciations WHERE id = %s",
         builtin="SELECT blob FROM chorus_builtin_voices WHERE key = %s",
         keep_builtin="INSERT INTO chorus_builtin_voices (key, blob) VALUES (%s, %s) ON CONFLICT (key) DO NOTHING",
+        kept="SELECT id, owner, expires_at FROM chorus_voices WHERE kept ORDER BY seq",
     )
 
     def __init__(self, dsn: str, *, max_voices: int | None = None, max_bytes: int | None = None):
@@ -125,18 +126,9 @@ class PostgresVoiceStore(SqlVoiceLibrary):
             "FROM chorus_voices").fetchone()
         return int(count), int(stored)
 
-    def add_kept(self, text: str, seconds: float, blob: bytes, expires_at: int, owner: Owner, max_kept: int,
-                 max_per_owner: int) -> VoiceInfo:
-        with self._adding():
-            rows = self._conn.execute(
-                "SELECT id, owner, expires_at FROM chorus_voices WHERE kept ORDER BY seq").fetchall()
-            doomed = kept_to_remove(rows, owner.tag, time.time(), max_kept, max_per_owner)
-            if doomed:
-                self._conn.execute("DELETE FROM chorus_voices WHERE id = ANY(%s)", (doomed,))
-                self._notify(doomed)
-            info = self._insert(KEPT_PREFIX, None, text, seconds, blob, expires_at, owner.tag)
-        self._removed(doomed)
-        return info
+    def _remove_kept(self, voice_ids: list[str]) -> None:
+        self._conn.execute("DELETE FROM chorus_voices WHERE id = ANY(%s)", (voice_ids,))
+        self._notify(voice_ids)
 
     def _insert(self, base: str, name: str | None, text: str, seconds: float, blob: bytes,
                 expires_at: int | None = None, owner: str | None = None) -> VoiceInfo:

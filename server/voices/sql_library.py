@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 from server.text.lexicon import Pronunciation
 from server.voices.store import (
+    KEPT_PREFIX,
     PRONUNCIATION_PREFIX,
     VOICE_ID,
     LibraryFull,
@@ -27,6 +28,7 @@ from server.voices.store import (
     Removed,
     VoiceInfo,
     check_room,
+    kept_to_remove,
     live,
     may_use,
     pronunciation_clash,
@@ -49,6 +51,7 @@ class Statements:
     delete_pronunciation: str  # by id
     builtin: str  # a built-in voice's bytes by key
     keep_builtin: str  # key, bytes; nothing changes when the key is there
+    kept: str  # id, owner, expires_at of every kept voice, in order of arrival
 
 
 def voice_info(row: Any) -> VoiceInfo:
@@ -108,8 +111,24 @@ class SqlVoiceLibrary:
         raise NotImplementedError
 
     def _insert(self, base: str, name: str | None, text: str, seconds: float, blob: bytes,
-                expires_at: int | None = None) -> VoiceInfo:
+                expires_at: int | None = None, owner: str | None = None) -> VoiceInfo:
         raise NotImplementedError
+
+    def _remove_kept(self, voice_ids: list[str]) -> None:
+        """Remove these voices (the caller holds what an add holds)."""
+        raise NotImplementedError
+
+    def add_kept(self, text: str, seconds: float, blob: bytes, expires_at: int, owner: Owner, max_kept: int,
+                 max_per_owner: int) -> VoiceInfo:
+        """Store a voice a request produced for `owner`, removing what `kept_to_remove` says."""
+        with self._adding():
+            rows = self._execute(self.sql.kept).fetchall()
+            doomed = kept_to_remove(rows, owner.tag, time.time(), max_kept, max_per_owner)
+            if doomed:
+                self._remove_kept(doomed)
+            info = self._insert(KEPT_PREFIX, None, text, seconds, blob, expires_at, owner.tag)
+        self._removed(doomed)
+        return info
 
     def add(self, name: str | None, text: str, seconds: float, blob: bytes) -> VoiceInfo:
         """Store an encoded voice: its bytes and its row, both or neither."""

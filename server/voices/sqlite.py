@@ -15,13 +15,12 @@ import os
 import secrets
 import sqlite3
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
 from server.voices.sql_library import COLUMNS, SqlVoiceLibrary, Statements, new_voice, visible, well_formed
-from server.voices.store import KEPT_ID_BYTES, KEPT_PREFIX, Owner, VoiceInfo, kept_to_remove
+from server.voices.store import KEPT_ID_BYTES, Owner, VoiceInfo
 
 log = logging.getLogger("chorus.voices")
 
@@ -58,6 +57,7 @@ class VoiceStore(SqlVoiceLibrary):
         delete_pronunciation="DELETE FROM pronunciations WHERE id = ?",
         builtin="SELECT blob FROM builtin_voices WHERE key = ?",
         keep_builtin="INSERT OR IGNORE INTO builtin_voices VALUES (?, ?)",
+        kept="SELECT id, owner, expires_at FROM voices WHERE kept = 1 ORDER BY rowid",
     )
 
     root: Path
@@ -111,16 +111,9 @@ class VoiceStore(SqlVoiceLibrary):
             log.warning("removing a voice whose file is missing", extra={"voice": voice_id})
             self._db.execute("DELETE FROM voices WHERE id = ?", (voice_id,))
 
-    def add_kept(self, text: str, seconds: float, blob: bytes, expires_at: int, owner: Owner, max_kept: int,
-                 max_per_owner: int) -> VoiceInfo:
-        with self._adding():
-            rows = self._db.execute("SELECT id, owner, expires_at FROM voices WHERE kept = 1 ORDER BY rowid").fetchall()
-            doomed = kept_to_remove(rows, owner.tag, time.time(), max_kept, max_per_owner)
-            for voice_id in doomed:
-                self._remove(voice_id)
-            info = self._insert(KEPT_PREFIX, None, text, seconds, blob, expires_at, owner.tag)
-        self._removed(doomed)
-        return info
+    def _remove_kept(self, voice_ids: list[str]) -> None:
+        for voice_id in voice_ids:
+            self._remove(voice_id)
 
     def _insert(self, base: str, name: str | None, text: str, seconds: float, blob: bytes,
                 expires_at: int | None = None, owner: str | None = None) -> VoiceInfo:

@@ -5,21 +5,18 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-import msgspec
 from msgspec import Meta
 
 from server.wire.messages import (
     MAX_PAUSE_MS,
     DialogueLine,
     Options,
-    ProtocolError,
     check_dialogue,
     check_options,
-    decode_json,
+    decode_body,
 )
 from server.wire.sizes import MAX_LANGUAGE_CHARS
 from server.wire.speech_body import SpeechFormat
-from server.wire.validation import describe_validation_error
 
 
 class DialogueBody(Options, forbid_unknown_fields=True, kw_only=True):
@@ -40,14 +37,7 @@ _RULES = {"response_format": "must be mp3, opus, aac, flac, wav or pcm", "stream
 
 def parse_dialogue_body(body: bytes, max_text_chars: int | None, max_lines: int) -> DialogueBody:
     """The JSON body of `/v1/audio/dialogue` -> a typed request; `ProtocolError` otherwise."""
-    raw = decode_json(body)
-    if not isinstance(raw, dict):
-        raise ProtocolError("bad_message", "the body must be a JSON object")
-    try:
-        req = msgspec.convert(raw, DialogueBody)
-    except msgspec.ValidationError as exc:
-        at, message = describe_validation_error(exc, _RULES, target=DialogueBody)
-        raise ProtocolError("invalid_request", message, field=at) from None
+    req = decode_body(body, DialogueBody, _RULES)
     if req.normalize_text is None:
         req.normalize_text = True
     check_options(req, prefix="")

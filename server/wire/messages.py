@@ -9,7 +9,7 @@ the server's frames are `server.wire.frames` (re-exported here).
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 from msgspec import Meta, Struct, field
@@ -43,6 +43,7 @@ from server.wire.frames import (  # noqa: F401 - the server's frames, re-exporte
 from server.wire.sizes import MAX_INSTRUCT_CHARS, MAX_LANGUAGE_CHARS, MAX_VOICE_CHARS, SIZE_RULES
 from server.wire.validation import describe_validation_error
 
+T = TypeVar("T")
 OPUS_SAMPLE_RATES = (8000, 16000, 24000, 48000)  # the rates libopus takes
 MAX_PAUSE_MS = 10_000  # a dialogue's pause between lines
 ERROR_CODES = (
@@ -269,6 +270,18 @@ def check_dialogue(lines: list[DialogueLine], knobs: Any, max_text_chars: int | 
             raise ProtocolError("invalid_request", f"lines[{k}].text: must not be empty", request_id,
                                 field=f"lines[{k}].text")
         check_options(line_options(knobs, line), prefix=f"lines[{k}].options.", request_id=request_id)
+
+
+def decode_body(data: bytes, target: type[T], rules: dict[str, str]) -> T:
+    """An HTTP JSON body as `target` (a Struct); `ProtocolError` naming the field at fault."""
+    raw = decode_json(data)
+    if not isinstance(raw, dict):
+        raise ProtocolError("bad_message", "the body must be a JSON object")
+    try:
+        return msgspec.convert(raw, target)
+    except msgspec.ValidationError as exc:
+        at, message = describe_validation_error(exc, rules, target=target)
+        raise ProtocolError("invalid_request", message, field=at) from None
 
 
 def check_text_size(msg: ClientMessage, max_text_chars: int | None) -> None:

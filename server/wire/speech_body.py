@@ -8,12 +8,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-import msgspec
 from msgspec import Meta, Struct
 
 from server import options as table
 from server.visible_text import has_visible_text
-from server.wire.messages import Options, ProtocolError, check_options, decode_json, describe_validation_error
+from server.wire.messages import Options, ProtocolError, check_options, decode_body
 from server.wire.sizes import MAX_LANGUAGE_CHARS, MAX_VOICE_CHARS
 
 SpeechFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
@@ -78,16 +77,13 @@ def parse_speech_request(body: bytes, max_input_chars: int | None = None,
                          max_instructions_chars: int | None = None) -> SpeechRequest:
     """The JSON body of `/v1/audio/speech` -> a typed request; `ProtocolError` otherwise.
     Sizes are checked first (`--max-text-chars`, `--max-instructions-chars`), the content after."""
-    raw = decode_json(body)
-    if not isinstance(raw, dict):
-        raise ProtocolError("bad_message", "the body must be a JSON object")
     try:
-        req = msgspec.convert(raw, SpeechRequest)
-    except msgspec.ValidationError as exc:
-        at, message = describe_validation_error(exc, _SPEECH_RULES, target=SpeechRequest)
-        if at == "normalize_text":  # msgspec names the union's types (`bool | str | null`), not its values
-            message = f"{at}: {_SPEECH_RULES[at]}"
-        raise ProtocolError("invalid_request", message, field=at) from None
+        req = decode_body(body, SpeechRequest, _SPEECH_RULES)
+    except ProtocolError as exc:
+        if exc.field == "normalize_text":  # msgspec names the union's types (`bool | str | null`), not its values
+            raise ProtocolError("invalid_request", f"normalize_text: {_SPEECH_RULES['normalize_text']}",
+                                field="normalize_text") from None
+        raise
     check_sizes(req, max_input_chars, max_instructions_chars)
     if not has_visible_text(req.input):
         raise ProtocolError("invalid_request", "input: must not be empty (nothing but spaces or invisible "

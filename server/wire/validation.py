@@ -17,17 +17,28 @@ _MISSING = re.compile(r"Object missing required field `(?P<name>[^`]*)`")
 
 
 def field_names(target: type, path: str) -> list[str]:
-    """The field names of the struct at `path` (dotted, "" for `target` itself) inside `target`."""
+    """The field names of the struct at `path` (dotted, with list indexes: `lines[0]`; "" for
+    `target` itself) inside `target`."""
     info: Any = msgspec.inspect.type_info(target)
-    for part in filter(None, path.split(".")):
-        if isinstance(info, msgspec.inspect.UnionType):
-            info = next((t for t in info.types if isinstance(t, msgspec.inspect.StructType)), None)
-        if not isinstance(info, msgspec.inspect.StructType):
+    for part in filter(None, re.split(r"\.|(?=\[)", path)):
+        info = _struct(info)
+        if part.startswith("["):
+            info = info.item_type if isinstance(info, (msgspec.inspect.ListType, msgspec.inspect.VarTupleType)) \
+                else None
+        elif isinstance(info, msgspec.inspect.StructType):
+            info = next((f.type for f in info.fields if f.name == part), None)
+        else:
             return []
-        info = next((f.type for f in info.fields if f.name == part), None)
-    if isinstance(info, msgspec.inspect.UnionType):
-        info = next((t for t in info.types if isinstance(t, msgspec.inspect.StructType)), None)
+    info = _struct(info)
     return [f.name for f in info.fields] if isinstance(info, msgspec.inspect.StructType) else []
+
+
+def _struct(info: Any) -> Any:
+    """A union's struct member (an optional struct), else `info` as it is."""
+    if isinstance(info, msgspec.inspect.UnionType):
+        return next((t for t in info.types if isinstance(t, (msgspec.inspect.StructType, msgspec.inspect.ListType))),
+                    None)
+    return info
 
 
 def describe_validation_error(exc: msgspec.ValidationError, rules: dict[str, str],
