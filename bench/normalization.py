@@ -147,8 +147,12 @@ def normaliser(name: str) -> Callable[[str], str]:
 
 
 _LOAD = """
-import json, sys, time
+import json, os, sys, time
+from pathlib import Path
 started = time.perf_counter()
+if {cold!r}:  # no cache anywhere: nor the checkout's, which a server with a cache dir of its own reads too
+    from server.text import normalize_nemo
+    normalize_nemo.CHECKOUT_CACHE = Path(os.environ["CHORUS_CACHE_DIR"])
 from bench.normalization import normaliser
 normaliser({name!r})("1")
 print(json.dumps(time.perf_counter() - started))
@@ -157,13 +161,14 @@ print(json.dumps(time.perf_counter() - started))
 
 def first_load(name: str, cache_dir: str | None) -> dict:
     """A fresh process's import and first call (its grammars loaded or compiled), and the whole
-    process's wall time; `cache_dir`: its `CHORUS_CACHE_DIR` (None: the server's default)."""
+    process's wall time; `cache_dir`: its only grammar cache, empty (None: the server's own)."""
     env = dict(os.environ)
     if cache_dir is not None:
         env["CHORUS_CACHE_DIR"] = cache_dir
     began = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", _LOAD.format(name=name)], cwd=REPO, env=env, capture_output=True,
-                          text=True, check=True, timeout=1800)
+    code = _LOAD.format(name=name, cold=cache_dir is not None)
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True,
+                          timeout=1800)
     return {"load_s": round(json.loads(done.stdout.strip().splitlines()[-1]), 2),
             "process_s": round(time.perf_counter() - began, 2)}
 
