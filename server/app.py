@@ -134,7 +134,7 @@ def create_app(cfg: ServerConfig, engine: Engine | None = None, owns_engine: boo
     return Litestar(
         route_handlers=[
             ops.healthz, ops.readyz, ops.metrics,
-            Router("/v1", guards=[require_api_key], route_handlers=[
+            Router("/v1", guards=[require_api_key], security=[{"bearer": []}], route_handlers=[
                 stream.stream,
                 speech.speech, models.list_models, models.retrieve_model,
                 voices.create_voice, voices.list_voices, voices.get_voice, voices.delete_voice,
@@ -161,7 +161,7 @@ def create_app(cfg: ServerConfig, engine: Engine | None = None, owns_engine: boo
         cors_config=cors,
         middleware=[body_budget_middleware(BodyBudget(cfg.max_bodies_bytes, cfg.bodies_bytes_per_client))],
         request_max_body_size=cfg.max_body_bytes,
-        openapi_config=openapi_config("Chorus", _package_version()),
+        openapi_config=openapi_config("Chorus", _package_version(), cfg.max_text_chars, cfg.max_instructions_chars),
         logging_config=None,  # logging is configured once, by the command line
     )
 

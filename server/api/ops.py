@@ -4,17 +4,26 @@ from __future__ import annotations
 
 from litestar import MediaType, Response, get
 from litestar.datastructures import State
+from litestar.openapi.datastructures import ResponseSpec
 
+from server.api.schema_parts import ErrorBody, Health, Readiness, documented
 from server.metrics import CONTENT_TYPE_LATEST
 
+TAGS = ["operations"]
 
-@get("/healthz", media_type=MediaType.JSON)
+
+@get("/healthz", media_type=MediaType.JSON, operation_id="healthz", tags=TAGS,
+     **documented(keyed=False, specs={200: ResponseSpec(Health, description="up", generate_examples=False)}))
 async def healthz() -> dict:
     """The process is up and serving HTTP."""
     return {"status": "ok"}
 
 
-@get("/readyz", media_type=MediaType.JSON)
+@get("/readyz", media_type=MediaType.JSON, operation_id="readyz", tags=TAGS, **documented(
+    keyed=False, retry_after=False, specs={
+    200: ResponseSpec(Readiness, description="ready", generate_examples=False),
+    503: ResponseSpec(Readiness | ErrorBody, generate_examples=False,
+                      description="not ready (`\"ready\": false`), or `busy` (the error envelope)")}))
 async def readyz(state: State) -> Response:
     """The model is loaded and every engine thread is stepping."""
     service = state.get("service")
@@ -23,8 +32,11 @@ async def readyz(state: State) -> Response:
     return Response({"ready": ready, "engines": len(engines)}, status_code=200 if ready else 503)
 
 
-@get("/metrics")
+@get("/metrics", operation_id="metrics", tags=TAGS, **documented(keyed=False, specs={
+    200: ResponseSpec(str, media_type=CONTENT_TYPE_LATEST, generate_examples=False,
+                      description="Prometheus's text format (docs/protocol.md lists the metrics)")}))
 async def metrics(state: State) -> Response:
+    """Prometheus metrics: requests, queues, steps, audio, first-audio times, stream timing."""
     service = state.get("service")
     if service is not None:
         service.metrics.observe_engines(service.engines)

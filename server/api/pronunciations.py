@@ -10,6 +10,7 @@ import msgspec
 from litestar import Request, delete, get, post
 
 from server.api.errors import ApiError
+from server.api.schema_parts import documented, json_body, link
 from server.config import ServerConfig
 from server.text.lexicon import Pronunciation, entry_problem, normal_say, normal_text
 from server.turns.service import SynthesisService
@@ -28,13 +29,15 @@ class PronunciationList(msgspec.Struct):
     pronunciations: list[Pronunciation]
 
 
-@get("/pronunciations")
+@get("/pronunciations", operation_id="listPronunciations", tags=["pronunciations"], **documented())
 async def list_pronunciations(service: SynthesisService) -> PronunciationList:
     """Every entry, oldest first."""
     return PronunciationList(await asyncio.to_thread(service.library.list_pronunciations))
 
 
-@post("/pronunciations", status_code=201)
+@post("/pronunciations", status_code=201, operation_id="addPronunciation", tags=["pronunciations"],
+      **documented(404, 409, 413, 422, body=json_body("NewPronunciation", "a word or phrase and what to say instead"),
+                   links={"deletePronunciation": link("deletePronunciation", "entry_id")}))
 async def add_pronunciation(request: Request, service: SynthesisService, config: ServerConfig) -> Pronunciation:
     """A new entry: JSON `{"text": WORD_OR_PHRASE, "say": REPLACEMENT_OR_[CMU FORM], "voice":
     null or a voice id}`; 409 when the text already has one for that voice."""
@@ -64,7 +67,8 @@ async def add_pronunciation(request: Request, service: SynthesisService, config:
     return entry
 
 
-@delete("/pronunciations/{entry_id:str}", status_code=204)
+@delete("/pronunciations/{entry_id:str}", status_code=204, operation_id="deletePronunciation",
+        tags=["pronunciations"], **documented(404))
 async def delete_pronunciation(entry_id: str, service: SynthesisService) -> None:
     """Delete an entry."""
     if not await asyncio.to_thread(service.library.delete_pronunciation, entry_id):

@@ -18,9 +18,11 @@ from urllib.parse import quote
 from litestar import Request, Router
 from litestar.openapi.config import OpenAPIConfig
 from litestar.openapi.plugins import JsonRenderPlugin, OpenAPIRenderPlugin, SwaggerRenderPlugin
-from litestar.openapi.spec import Components, SecurityScheme
+from litestar.openapi.spec import SecurityScheme
 
 from server.api.auth import require_api_key
+from server.api.pronunciations import NewPronunciation
+from server.api.schema_parts import WireComponents, wire_schemas
 
 _METHODS = ("get", "post", "put", "patch", "delete")
 _STYLE = """
@@ -99,18 +101,25 @@ class OfflinePagePlugin(OpenAPIRenderPlugin):
         return render_page(openapi_schema, key_query).replace('href="schema/', 'href="/schema/').encode()
 
 
-def openapi_config(title: str, version: str) -> OpenAPIConfig:
+def openapi_config(title: str, version: str, max_input_chars: int | None = None,
+                   max_instructions_chars: int | None = None) -> OpenAPIConfig:
     """Litestar's OpenAPI config for the app: `/schema` (the page), `/schema/openapi.json`
-    and `/schema/swagger`, guarded by the API key; handler docstrings become descriptions."""
+    and `/schema/swagger`, guarded by the API key and left out of the schema they serve;
+    handler docstrings become descriptions; the wire's Structs (the bodies, the sse events,
+    the WebSocket's messages) are components (`server.api.schema_parts`). The `/v1` router
+    asks for the key (`bearer`); the operations routes do not."""
     return OpenAPIConfig(
         title=title,
         version=version,
-        description="Chorus: streaming OmniVoice text-to-speech. The WebSocket protocol (`/v1/stream`) "
-                    "is described in docs/protocol.md; this page describes the HTTP routes.",
+        description="Chorus: streaming OmniVoice text-to-speech. OpenAI's speech and model routes, a voice "
+                    "library, a pronunciation lexicon, and operations. Errors are `ErrorBody`: "
+                    '`{"error": {"code", "message", "field"?}}`. The WebSocket protocol (`/v1/stream`) is '
+                    "described in docs/protocol.md; its messages are the `WebSocket*` schemas here.",
         path="/schema",
         use_handler_docstrings=True,
+        create_examples=False,
         render_plugins=[OfflinePagePlugin(), JsonRenderPlugin(), SwaggerRenderPlugin(path="/swagger")],
-        openapi_router=Router("/schema", guards=[require_api_key], route_handlers=[]),
-        components=Components(security_schemes={"bearer": SecurityScheme(type="http", scheme="bearer")}),
-        security=[{"bearer": []}],
+        openapi_router=Router("/schema", guards=[require_api_key], route_handlers=[], include_in_schema=False),
+        components=WireComponents(security_schemes={"bearer": SecurityScheme(type="http", scheme="bearer")},
+                                  wire=wire_schemas(NewPronunciation, max_input_chars, max_instructions_chars)),
     )

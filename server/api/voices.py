@@ -7,9 +7,11 @@ import asyncio
 import msgspec
 from litestar import Request, delete, get, post
 from litestar.datastructures import UploadFile
+from litestar.openapi.spec import Encoding, OpenAPIMediaType, RequestBody, Schema
 
 from server.api.auth import owner_of
 from server.api.errors import ApiError
+from server.api.schema_parts import documented, link
 from server.audio.files import AudioError, decode_audio, decode_in_thread
 from server.config import ServerConfig
 from server.turns.service import SHUTTING_DOWN, ServiceError, SynthesisService
@@ -33,7 +35,20 @@ def _form_text(form, name: str) -> str | None:
     return value
 
 
-@post("/voices", status_code=201)
+_UPLOAD = RequestBody(required=True, content={"multipart/form-data": OpenAPIMediaType(
+    schema=Schema(type="object", required=["audio"], properties={
+        "audio": Schema(type="string", format="binary", description="the clip: a wav, flac, ogg or mp3 file"),
+        "text": Schema(type="string", description="its transcript"),
+        "name": Schema(type="string", min_length=1, max_length=MAX_NAME_CHARS,
+                       description="a display name, unique without case (no control or formatting characters)"),
+    }),
+    encoding={"audio": Encoding(content_type="audio/wav, audio/flac, audio/ogg, audio/mpeg, application/octet-stream")},
+)})
+_VOICE_LINKS = {"getVoice": link("getVoice", "voice_id"), "deleteVoice": link("deleteVoice", "voice_id")}
+
+
+@post("/voices", status_code=201, operation_id="createVoice", tags=["voices"],
+      **documented(409, 413, 415, 422, body=_UPLOAD, links=_VOICE_LINKS))
 async def create_voice(request: Request, service: SynthesisService, config: ServerConfig) -> VoiceInfo:
     """Upload a voice: multipart `audio` (wav, flac, ogg or mp3), its `text` transcript, an
     optional `name` (unique: a name already taken is refused with 409)."""
@@ -66,7 +81,7 @@ async def create_voice(request: Request, service: SynthesisService, config: Serv
         raise ApiError(exc.code, exc.message, field=exc.field) from None
 
 
-@get("/voices")
+@get("/voices", operation_id="listVoices", tags=["voices"], **documented())
 async def list_voices(request: Request, service: SynthesisService, config: ServerConfig) -> VoiceList:
     """The built-in voices (OpenAI's names, `"builtin": true`) first, then the uploaded ones,
     then those this caller's API key kept (`keep_voice`: `"kept": true` and their `expires_at`;
@@ -76,7 +91,7 @@ async def list_voices(request: Request, service: SynthesisService, config: Serve
     return VoiceList(service.builtins.infos() + uploaded + [voice for voice in library if voice.kept])
 
 
-@get("/voices/{voice_id:str}")
+@get("/voices/{voice_id:str}", operation_id="getVoice", tags=["voices"], **documented(404))
 async def get_voice(request: Request, voice_id: str, service: SynthesisService, config: ServerConfig) -> VoiceInfo:
     """One voice by its id (a built-in name too; a kept voice only to its owner)."""
     if voice_id in BUILTIN_NAMES:
@@ -87,7 +102,7 @@ async def get_voice(request: Request, voice_id: str, service: SynthesisService, 
     return info
 
 
-@delete("/voices/{voice_id:str}", status_code=204)
+@delete("/voices/{voice_id:str}", status_code=204, operation_id="deleteVoice", tags=["voices"], **documented(404))
 async def delete_voice(request: Request, voice_id: str, service: SynthesisService, config: ServerConfig) -> None:
     """Delete a library voice (built-in voices cannot be deleted: 403; a kept voice only by its
     owner). It stops working on every replica within `--voice-cache-seconds`."""
