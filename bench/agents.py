@@ -167,9 +167,23 @@ def first_sentence_piece(pieces: list[str]) -> int | None:
 @dataclass
 class VoiceTurn(Turn):
     """One turn of a voice agent, as its client saw it (perf_counter seconds); its underruns are
-    the seconds each stall of playback lasted (`PlaybackClock`)."""
+    the seconds each stall of playback lasted (`PlaybackClock`). A turn the server refused
+    `busy` with `retry_after_ms` was sent again by the client (`busy_retries`, after
+    `busy_waited_s` in all); `sent_at` is when its last attempt went out, with its text so far."""
 
     underruns: list[float] = field(default_factory=list)
+    busy_retries: int = 0
+    busy_waited_s: float = 0.0
+    sent_at: float | None = None
+
+    @property
+    def served_first_audio_ms(self) -> float | None:
+        """First audio from when the attempt that was served had its first sentence: the
+        promise the server made when it took the turn (`first_audio_ms` less the retries' waits)."""
+        if self.first_audio_at is None or self.first_sentence_at is None:
+            return None
+        since = max(self.first_sentence_at, self.sent_at or self.first_sentence_at)
+        return (self.first_audio_at - since) * 1000.0
 
 
 class PlaybackClock:
@@ -211,8 +225,10 @@ async def _feed_pieces(stream: TextStream, pieces: list[str], turn: VoiceTurn) -
         pass
 
 
-async def voice_agent_turn(client: ChorusClient, rng: random.Random, options: dict) -> VoiceTurn:
-    """One answer streamed in as an LLM writes it and played back in real time."""
+async def voice_agent_turn(client: ChorusClient, rng: random.Random, options: dict,
+                           voice: str | None = None) -> VoiceTurn:
+    """One answer streamed in as an LLM writes it and played back in real time (in `voice`, a
+    library or built-in voice; None: the stream's first segment is the voice of the rest)."""
     text = voice_agent_answer(rng)
     pieces = [text[i:i + PIECE_CHARS] for i in range(0, len(text), PIECE_CHARS)]
     turn = VoiceTurn()
@@ -229,8 +245,9 @@ async def voice_agent_turn(client: ChorusClient, rng: random.Random, options: di
             turn.underruns.append(round(late, 4))
         total = max(total, chunk.offset_samples + chunk.samples)
 
-    stream = client.stream(progress=False, options=options)
+    stream = client.stream(progress=False, options=options, voice=voice)
     await speak(stream, lambda: _feed_pieces(stream, pieces, turn), turn, play)
+    turn.busy_retries, turn.busy_waited_s, turn.sent_at = stream.busy_retries, stream.busy_waited_s, stream.sent_at
     turn.audio_seconds = total / rate if rate else 0.0
     end = clock.ends_at(total, rate) if rate else None
     if end is not None:
@@ -239,15 +256,16 @@ async def voice_agent_turn(client: ChorusClient, rng: random.Random, options: di
 
 
 async def voice_agent_loop(url: str, index: int, seed: int, until: float, options: dict,
-                           start_in: float = 0.0) -> list[VoiceTurn]:
-    """One voice agent: turn after turn on one connection until `until`, a 0.5-1.5 s pause after each."""
+                           start_in: float = 0.0, voice: str | None = None) -> list[VoiceTurn]:
+    """One voice agent: turn after turn on one connection until `until`, a 0.5-1.5 s pause after
+    each; a turn refused `busy` with `retry_after_ms` is retried by the client (its defaults)."""
     rng = random.Random(seed * 100003 + index)
     turns: list[VoiceTurn] = []
     async with ChorusClient(url) as client:
         await client.connect()  # the server's `ready`
         await asyncio.sleep(start_in)
         while time.perf_counter() < until:
-            turns.append(await voice_agent_turn(client, rng, options))
+            turns.append(await voice_agent_turn(client, rng, options, voice))
             await asyncio.sleep(rng.uniform(0.5, 1.5))  # the user answers
     return turns
 

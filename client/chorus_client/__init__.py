@@ -26,16 +26,17 @@ from .errors import (
 )
 from .events import Accepted, AudioChunk, Cancelled, Done, Event, Progress, Ready, Segment, Words, WordTiming
 from .requests import Result, Synthesis, TextStream
+from .retry import BusyRetry
 from .voices import Voice
 from .wire import Reference, SynthesisOptions
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Accepted", "AudioChunk", "BadMessageError", "BadResponseError", "BufferFullError", "BusyError", "Cancelled",
-    "ChorusClient", "ChorusError", "ConflictError", "ConnectionLostError", "Done", "DuplicateIdError", "Event",
-    "HandshakeError", "InternalError", "InvalidRequestError", "Progress", "ProtocolError", "Ready", "Reference",
-    "RequestTimeoutError", "Result", "Segment", "StreamIdleError", "StreamTooLongError", "Synthesis",
+    "Accepted", "AudioChunk", "BadMessageError", "BadResponseError", "BufferFullError", "BusyError", "BusyRetry",
+    "Cancelled", "ChorusClient", "ChorusError", "ConflictError", "ConnectionLostError", "Done", "DuplicateIdError",
+    "Event", "HandshakeError", "InternalError", "InvalidRequestError", "Progress", "ProtocolError", "Ready",
+    "Reference", "RequestTimeoutError", "Result", "Segment", "StreamIdleError", "StreamTooLongError", "Synthesis",
     "SynthesisOptions", "TextStream", "TextTooLongError", "TooManyRequestsError", "UnauthorizedError", "Voice",
     "VoiceNotFoundError", "WordTiming", "Words", "split_url",
 ]

@@ -10,6 +10,10 @@ What a server can make the client hold or wait for is bounded (`max_frame_bytes`
 `max_buffered_bytes`, `open_timeout`, `request_idle_timeout`: docs/clients.md, "Limits and
 timeouts"), so a faulty or hostile server fails requests with typed errors instead of
 hanging them or filling memory.
+
+A request or stream turn the server refuses `busy` with `retry_after_ms` is sent again after
+the hint plus jitter, within a total wait (`busy_retry`, a `BusyRetry`; None: never), before
+any of its audio reached the caller (docs/clients.md, "Retries").
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import random
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -29,6 +34,7 @@ from .connection import Bounds, Connection
 from .errors import ChorusError, ConnectionLostError, ProtocolError, UnauthorizedError
 from .events import Ready
 from .requests import Synthesis, TextStream
+from .retry import DEFAULT_BUSY_RETRY, BusyRetry
 from .voices import Voice, VoicesAPI
 from .wire import Options, Reference, request_frame
 
@@ -51,18 +57,22 @@ class ChorusClient:
     def __init__(self, url: str = "http://127.0.0.1:8000", *, api_key: str | None = None,
                  open_timeout: float = Bounds.open_timeout, http_timeout: float = 120.0, reconnect_attempts: int = 3,
                  reconnect_backoff_s: float = 0.2, request_idle_timeout: float | None = Bounds.request_idle_timeout,
-                 max_frame_bytes: int = Bounds.max_frame_bytes, max_buffered_bytes: int = Bounds.max_buffered_bytes):
+                 max_frame_bytes: int = Bounds.max_frame_bytes, max_buffered_bytes: int = Bounds.max_buffered_bytes,
+                 busy_retry: BusyRetry | None = DEFAULT_BUSY_RETRY):
         """`url`: the server's base URL or its WebSocket URL. `open_timeout`: seconds to connect
         and get `ready`; `request_idle_timeout`: seconds a request may go without a frame of
         its own while its caller waits (None: no limit); `max_frame_bytes`: the largest frame
         taken from the server; `max_buffered_bytes`: a request's unread events held at most;
-        `http_timeout`: each voice-library call."""
+        `http_timeout`: each voice-library call; `busy_retry`: how a request refused `busy`
+        with `retry_after_ms` is tried again (None: `BusyError` at once)."""
         self.http_url, self.ws_url = split_url(url)
         self.api_key = api_key if api_key is not None else os.environ.get("CHORUS_API_KEY")
         self.bounds = Bounds(max_frame_bytes=max_frame_bytes, max_buffered_bytes=max_buffered_bytes,
                              request_idle_timeout=request_idle_timeout, open_timeout=open_timeout)
         self.reconnect_attempts = reconnect_attempts
         self.reconnect_backoff_s = reconnect_backoff_s
+        self.busy_retry = busy_retry
+        self._rng = random.Random()  # the retries' jitter
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         self._headers = headers
         self._http_timeout = http_timeout
@@ -123,7 +133,7 @@ class ChorusClient:
                               language=language, encoding=encoding, sample_rate=sample_rate, stream=stream,
                               progress=progress, options=options, timestamps=timestamps, keep_voice=keep_voice,
                               extra=extra)
-        return Synthesis(self._connection, rid, frame, sample_rate)
+        return Synthesis(self._connection, rid, frame, sample_rate, self.busy_retry, self._rng)
 
     def stream(self, *, text: str | None = None, voice: str | None = None, reference: Reference | dict | None = None,
                instruct: str | None = None, language: str | None = None, encoding: str | None = None,
@@ -135,7 +145,7 @@ class ChorusClient:
         frame = request_frame("stream_open", rid, text=text, voice=voice, reference=reference, instruct=instruct,
                               language=language, encoding=encoding, sample_rate=sample_rate, progress=progress,
                               options=options, timestamps=timestamps, keep_voice=keep_voice, extra=extra)
-        return TextStream(self._connection, rid, frame, sample_rate)
+        return TextStream(self._connection, rid, frame, sample_rate, self.busy_retry, self._rng)
 
     async def list_voices(self) -> list[Voice]:
         return await self.voices.list()

@@ -8,7 +8,10 @@ resamples); `synthesize()` sends a whole text as one `synthesize` request. Closi
 frames become LiveKit timed transcripts (`aligned_transcript`). Server errors are raised
 as LiveKit's `APIStatusError` (status as on Chorus's HTTP API, `busy` and
 `too_many_requests` retryable) and a lost connection as `APIConnectionError`, so the
-framework's retry and fallback logic applies.
+framework's retry and fallback logic applies. Before that, a request the server refuses
+`busy` with `retry_after_ms` is retried by the client itself (`busy_retry`: the hint plus
+jitter, within a total wait; a stream's text so far is sent again), so only a refusal that
+outlasts it reaches LiveKit.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from .client import ChorusClient
 from .errors import ChorusError, ConnectionLostError, RequestTimeoutError
 from .events import AudioChunk, Done, Words
 from .requests import _Request
+from .retry import DEFAULT_BUSY_RETRY, BusyRetry
 from .wire import Options, Reference
 
 # the HTTP status Chorus's HTTP API gives each code (the WebSocket has no status of its own)
@@ -58,14 +62,17 @@ class TTS(tts.TTS):
     def __init__(self, *, url: str = "http://127.0.0.1:8000", api_key: str | None = None, voice: str | None = None,
                  reference: Reference | None = None, instruct: str | None = None, language: str | None = None,
                  options: Options = None, timestamps: str | None = None, keep_voice: bool | None = None,
-                 sample_rate: int = 24000, client: ChorusClient | None = None):
+                 sample_rate: int = 24000, client: ChorusClient | None = None,
+                 busy_retry: BusyRetry | None = DEFAULT_BUSY_RETRY):
         """`voice` (library voice), `reference` (one-shot clone) or `instruct` (voice design)
         pick the voice of every synthesis; `options` are Chorus's generation options;
-        `client` shares an existing `ChorusClient` (then `aclose()` leaves it open)."""
+        `client` shares an existing `ChorusClient` (then `aclose()` leaves it open, and its own
+        `busy_retry` applies); `busy_retry`: how a request refused `busy` with
+        `retry_after_ms` is tried again before LiveKit hears of it (None: at once)."""
         super().__init__(capabilities=tts.TTSCapabilities(streaming=True, aligned_transcript=timestamps is not None),
                          sample_rate=sample_rate, num_channels=1)
         self._own_client = client is None
-        self._client = client or ChorusClient(url, api_key=api_key)
+        self._client = client or ChorusClient(url, api_key=api_key, busy_retry=busy_retry)
         self._request: dict[str, Any] = {}
         self.update_options(voice=voice, reference=reference, instruct=instruct, language=language, options=options,
                             timestamps=timestamps, keep_voice=keep_voice)

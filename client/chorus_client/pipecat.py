@@ -7,7 +7,10 @@ when the LLM's response ends); audio arrives on a receive task and is queued int
 audio context as `TTSAudioRawFrame`s at the pipeline's output rate (the server resamples);
 an interruption cancels the stream at once (its late audio is dropped here, the server
 stops at its next step); `words` frames become Pipecat word timestamps; a server error is
-pushed upstream as an `ErrorFrame` carrying the typed `ChorusError`.
+pushed upstream as an `ErrorFrame` carrying the typed `ChorusError`. A turn the server
+refuses `busy` with `retry_after_ms` is retried by the client (`busy_retry`: the hint plus
+jitter, within a total wait), its text so far sent again; only a turn still refused after
+that is reported.
 
 Chorus cuts streamed text into sentences itself, so the default text aggregation is
 `TOKEN`: every LLM token goes straight to the server.
@@ -40,6 +43,7 @@ from .errors import (
 )
 from .events import AudioChunk, Cancelled, Done, Words
 from .requests import TextStream
+from .retry import DEFAULT_BUSY_RETRY, BusyRetry
 from .wire import Options, Reference
 
 CATEGORIES: dict[type[ChorusError], ErrorCategory] = {
@@ -79,11 +83,13 @@ class ChorusTTSService(TTSService):
                  language: str | None = None, options: Options = None, timestamps: str | None = None,
                  keep_voice: bool | None = None, sample_rate: int | None = None,
                  client: ChorusClient | None = None, text_aggregation_mode: TextAggregationMode | None = None,
-                 **kwargs: Any):
+                 busy_retry: BusyRetry | None = DEFAULT_BUSY_RETRY, **kwargs: Any):
         """`voice` (library voice), `reference` (one-shot clone) or `instruct` (voice design)
         pick the voice, the same for every turn; `options` are Chorus's generation options;
         `timestamps="word"` asks for word timings (sent to the server as is); `client` shares
-        an existing `ChorusClient` (the service then leaves it open at stop)."""
+        an existing `ChorusClient` (the service then leaves it open at stop, and its own
+        `busy_retry` applies); `busy_retry`: how a turn refused `busy` with `retry_after_ms` is
+        tried again (None: reported at once)."""
         # Pipecat ends an audio context that gets no audio for this long; this service ends
         # each context itself (done, error, interruption), so a busy server's slow first
         # audio must not end a turn before it starts.
@@ -98,6 +104,7 @@ class ChorusTTSService(TTSService):
             **kwargs,
         )
         self._url, self._api_key = url, api_key
+        self._busy_retry = busy_retry
         # what every turn's stream asks for besides its voice and language (those are settings)
         self._turn_request: dict[str, Any] = {"reference": reference, "instruct": instruct, "options": options,
                                               "timestamps": timestamps, "keep_voice": keep_voice}
@@ -125,7 +132,7 @@ class ChorusTTSService(TTSService):
 
     async def _connect(self) -> None:
         if self._client is None:
-            self._client = ChorusClient(self._url, api_key=self._api_key)
+            self._client = ChorusClient(self._url, api_key=self._api_key, busy_retry=self._busy_retry)
         try:
             ready = await self._client.connect()
         except ChorusError as err:

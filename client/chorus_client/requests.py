@@ -5,18 +5,26 @@ Both are async iterators of events that end at `Done` or `Cancelled` (an error r
 already on the wire: a barge-in is silent at once, not a step later. A caller waiting on a
 request that hears nothing of it, either way, for the connection's `request_idle_timeout`
 gets `RequestTimeoutError`, and the request is cancelled on the server.
+
+A request the server refuses `busy` with `retry_after_ms` is sent again after the hint and
+some jitter (`BusyRetry`, the client's `busy_retry`), on the same id, as long as none of its
+audio, words or segments has reached the caller: the caller reads on and sees one request
+(one `Accepted`). A text stream keeps what was appended, flushed and closed until then, and
+sends it again, in order, on the new attempt; what is appended during the wait joins it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .errors import ChorusError, RequestTimeoutError
-from .events import AudioChunk, Cancelled, Done, Event, Segment, Words
+from .events import Accepted, AudioChunk, Cancelled, Done, Event, Progress, Segment, Words
+from .retry import BusyRetry
 
 if TYPE_CHECKING:
     from .connection import Connection, Route
@@ -40,7 +48,7 @@ class Result:
 
 class _Request:
     def __init__(self, connect: Callable[[], Awaitable[Connection]], request_id: str, frame: dict[str, Any],
-                 sample_rate: int | None):
+                 sample_rate: int | None, busy_retry: BusyRetry | None = None, rng: random.Random | None = None):
         self.id = request_id
         self._connect = connect
         self._frame = frame
@@ -50,6 +58,15 @@ class _Request:
         self._start_lock = asyncio.Lock()
         self.ended = False
         self.cancel_requested = False
+        self._busy_retry = busy_retry
+        self._rng = rng or random.Random()
+        self.busy_retries = 0  # times it was sent again after `busy` with `retry_after_ms`
+        self.busy_waited_s = 0.0  # seconds waited for those retries, in all
+        self.sent_at: float | None = None  # perf_counter(): when its latest attempt was sent
+        self._retrying = False  # between a `busy` taken and the next attempt sent
+        self._wake = asyncio.Event()  # a cancel during a retry's wait ends the wait
+        self._settled = False  # audio, words or a segment reached the caller: never retried again
+        self._accepted = False  # an `Accepted` reached the caller: a retry's own is not yielded
 
     @property
     def sample_rate(self) -> int | None:
@@ -61,21 +78,33 @@ class _Request:
         async with self._start_lock:
             if self._conn is not None or self.ended:
                 return
-            conn = await self._connect()
-            self._route = conn.register(self.id, self._sample_rate)
-            self._conn = conn
-            try:
-                await conn.send(self._frame)
-            except ChorusError:
-                conn.unregister(self.id)
-                self.ended = True
-                raise
+            await self._send_attempt()
+
+    async def _send_attempt(self) -> None:
+        """Register the request on the connection and send it (again, after a `busy`)."""
+        conn = await self._connect()
+        self._route = conn.register(self.id, self._sample_rate)
+        self._conn = conn
+        self.sent_at = time.perf_counter()
+        try:
+            await conn.send(self._frame)
+            await self._resend(conn)
+        except ChorusError:
+            conn.unregister(self.id, self._route)
+            self.ended = True
+            raise
+
+    async def _resend(self, conn: Connection) -> None:
+        """After the request frame of a retry: what the caller sent of it before (a stream's text)."""
 
     async def cancel(self) -> None:
         """Stop the request: the server ends it at its next step with `cancelled`."""
         if self.ended or self.cancel_requested:
             return
         self.cancel_requested = True
+        if self._retrying:  # between attempts: the reader ends it, or cancels the next once sent
+            self._wake.set()
+            return
         async with self._start_lock:  # a start in progress sends first, then this cancel
             conn, route = self._conn, self._route
             if conn is None or route is None:  # never sent: nothing to stop
@@ -95,21 +124,72 @@ class _Request:
 
     async def __anext__(self) -> Event:
         await self.start()
-        route = self._route
-        while not self.ended and route is not None:
+        while not self.ended and self._route is not None:
+            route = self._route
             if not route.has_events():
                 await self._wait_for(route)
             item = route.take()
             if isinstance(item, ChorusError):
+                retried = await self._retry(item)
+                if retried is None:
+                    continue
                 self._finish()
+                if isinstance(retried, Cancelled):
+                    return retried
                 raise item
             if isinstance(item, (Done, Cancelled)):
                 self._finish()
                 return item
             if isinstance(item, AudioChunk) and self.cancel_requested:
                 continue
+            if isinstance(item, Accepted):
+                if self._accepted:
+                    continue  # a retry's: the caller has had this request's
+                self._accepted = True
+            elif not isinstance(item, Progress) and not self._settled:
+                self._settled = True
+                self._forget_sent()
             return item
         raise StopAsyncIteration
+
+    async def _retry(self, err: ChorusError) -> Cancelled | bool | None:
+        """After `err` ended the current attempt: None when the request was sent again (after
+        the `busy` hint and jitter), a `Cancelled` when the caller cancelled it meanwhile,
+        else False (the error is the request's end)."""
+        policy = self._busy_retry
+        if policy is None or self._settled or self.cancel_requested:
+            return False
+        wait = policy.wait_s(err, self.busy_retries, self.busy_waited_s, self._rng)
+        if wait is None:
+            return False
+        self._retrying = True
+        try:
+            if self._conn is not None:
+                self._conn.unregister(self.id, self._route)
+            try:
+                async with asyncio.timeout(wait):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+            self.busy_retries += 1
+            self.busy_waited_s += wait
+            if self.cancel_requested:
+                return Cancelled(self.id)
+            async with self._start_lock:
+                try:
+                    await self._send_attempt()
+                except ChorusError:  # no connection for it: this error is its end
+                    self.ended = True
+                    raise
+        finally:
+            self._retrying = False
+        if self.cancel_requested:  # cancelled while it was being sent: stop the new attempt
+            self.cancel_requested = False
+            await self.cancel()
+        return None
+
+    def _forget_sent(self) -> None:
+        """The request can no longer be retried: what a retry would send again is dropped."""
 
     async def _wait_for(self, route: Route) -> None:
         """Wait for the request's next event; when no frame of it went either way for the
@@ -182,9 +262,13 @@ class TextStream(_Request):
     Leaving the `async with` block closes the stream and reads it to its end (an
     exception cancels it instead)."""
 
+    REPLAY_CHARS = 1000  # text per `stream_append` when a retry sends the stream's text again
+
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.input_closed = False
+        # what was sent after `stream_open`, kept until the stream can no longer be retried
+        self._sent: list[dict[str, Any]] | None = [] if self._busy_retry is not None else None
 
     async def __aenter__(self) -> TextStream:
         await self.start()
@@ -210,8 +294,39 @@ class TextStream(_Request):
 
     async def _send(self, frame: dict[str, Any]) -> None:
         await self.start()
-        if self.ended or self.cancel_requested or self._route is None or self._route.ended:
-            return  # ended (its end may be unread yet): the server has nothing to take it
+        if self.ended or self.cancel_requested:
+            return
+        if self._sent is not None:
+            self._sent.append(frame)  # a retry sends it again, with what came before it
+        if self._retrying or self._route is None or self._route.ended:
+            return  # ended (its end may be unread yet, or be retried): the server has nothing to take it
         assert self._conn is not None
         self._route.touch()
         await self._conn.send(frame)
+
+    async def _resend(self, conn: Connection) -> None:
+        """The text appended so far (joined into few frames), its flushes and its close, in
+        order; what is appended while this is sent is sent after it."""
+        if not self._sent:
+            return
+        done = 0
+        while done < len(self._sent):
+            frames, done = self._sent[done:], len(self._sent)
+            for frame in _joined(frames, self.REPLAY_CHARS):
+                await conn.send(frame)
+
+    def _forget_sent(self) -> None:
+        self._sent = None
+
+
+def _joined(frames: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
+    """Consecutive `stream_append`s as one, up to `limit` characters a frame; the rest as they are."""
+    out: list[dict[str, Any]] = []
+    for frame in frames:
+        last = out[-1] if out else None
+        if (last is not None and frame["type"] == last["type"] == "stream_append"
+                and len(last["text"]) + len(frame["text"]) <= limit):
+            out[-1] = {**last, "text": last["text"] + frame["text"]}
+        else:
+            out.append(frame)
+    return out
