@@ -38,6 +38,7 @@ from types import ModuleType
 from typing import Literal
 
 from server.text import normalize_nemo
+from server.text.phone_numbers import spell_phone_numbers
 from server.text.reference_modules import reference_module
 
 log = logging.getLogger("chorus.text")
@@ -88,7 +89,7 @@ def which(choice: Choice, code: str) -> str:
 def _normalizer(code: str, choice: Choice) -> tuple[Callable[[str], str], bool]:
     """The function for one language and choice, and whether pinyin is protected (Chinese)."""
     if which(choice, code) == "nemo" and (nemo := normalize_nemo.normalizer()) is not None:
-        return nemo, False
+        return (lambda piece: nemo(spell_phone_numbers(piece))), False
     module = _text()
     if code in ("zh", "en") and available():
         normalizer = module._get_zh_normalizer() if code == "zh" else module._get_en_normalizer()
