@@ -31,7 +31,7 @@ class EngineSettings:
     # when the urgent chunks alone need more): small steps are fast ones
     urgent_step_tokens: int = 2048
     # deadline: refuse (busy) a new line or stream turn when the realtime work held would need
-    # twice what the engine can do (scheduling/headroom.py); `chorus serve` turns it on on a GPU
+    # twice what the engine can do (scheduling/headroom.py); off unless `--realtime-admission on`
     realtime_admission: bool = False
     # steps up to this many packed tokens replay CUDA graphs captured at start (0: none)
     graph_max_tokens: int = 8192
@@ -85,6 +85,17 @@ class ServerConfig:
     idle_timeout: float = 300.0  # s without a frame or a request in flight: close (0: never)
     drain_seconds: float = 30.0  # on SIGTERM/SIGINT: time in-flight requests get to finish
     stream: StreamLimits = field(default_factory=StreamLimits)
+    # ---- jobs (`POST /v1/jobs`; docs/protocol.md "Jobs") ----
+    jobs_dir: Path | None = None  # SQLite jobs and their audio; None: `jobs/` in the voices folder
+    job_concurrency: int = 8  # items one server speaks at once, behind interactive requests
+    job_lease_seconds: float = 30.0  # a claimed item's lease (renewed while it runs)
+    job_retention_hours: float = 24.0  # finished jobs and their audio are kept this long
+    job_item_chars: int = 600  # a long text's items at most (and at most max_text_chars)
+    max_job_items: int = 10_000
+    max_job_chars: int = 500_000  # all of a job's text
+    max_job_audio_seconds: float = 36_000.0  # all of a job's audio, as estimated at submission
+    max_job_bytes: int = 4 * 1024 * 1024  # a `POST /v1/jobs` body
+    max_active_jobs: int = 100  # jobs not yet finished, one caller's (an API key, or a client address)
     # ---- connections (server.net) ----
     max_connections: int | None = None  # open sockets; None: 4096, always below the fd limit
     max_connections_per_client: int | None = None  # one peer address; None: a quarter of max_connections
@@ -125,6 +136,12 @@ class ServerConfig:
     def spoken_chars(self) -> int:
         """The text as spoken (after the lexicon and normalisation) at most."""
         return self.max_spoken_chars or 4 * self.max_text_chars
+
+    @property
+    def jobs_folder(self) -> Path:
+        """Where the embedded job store keeps its index and audio (inside the voices folder by
+        default, so the image's one volume holds both)."""
+        return self.jobs_dir if self.jobs_dir is not None else self.voices_dir / "jobs"
 
     @property
     def served_hosts(self) -> tuple[str, ...]:

@@ -151,7 +151,7 @@ async def dialogue(request: Request, service: SynthesisService, config: ServerCo
     work = dialogue_of(service, DialogueRequest(
         request_id=request_id, client_id=request_id, endpoint=ENDPOINT, owner=owner_of(request, config.api_keys),
         lines=script(body.lines, body), pause_ms=body.pause_ms, language=body.language,
-        normalize=bool(body.normalize_text), timestamps=body.timestamps, received_at=received_at),
+        normalize=body.normalize_text, timestamps=body.timestamps, received_at=received_at),
         config.engine.max_audio_seconds)
     events = _Prefetched(work.events())
     first = await first_audio_or_refusal(request, work, _first(events))

@@ -194,6 +194,8 @@ class StreamSession:
                 return
             if not head.turn.ready.is_set():
                 break  # still being prepared: it pumps again when ready
+            if self.segments and not self.segments[-1].turn.settled.is_set():
+                break  # the one before is being planned: its length says when this one is due
             self.pending.popleft()
             head.released, head.submitted_at = True, time.perf_counter()
             self.segments.append(head)
@@ -203,8 +205,15 @@ class StreamSession:
 
     def _due_at(self, seg: Segment) -> float | None:
         """When playback will reach `seg` (the engine's deadline hint): the stream's first audio
-        plus the audio before it (heard or planned); None (now) before any audio."""
-        return self.playback.clock.due(self.playback.heard_before_next(self.segments[:seg.index]))
+        plus the audio before it (heard or planned). Before any audio, a later segment is due no
+        sooner than the first segment's release plus that audio: it belongs to a turn already
+        taken (the realtime admission checks only a turn's first segment, the one with no due
+        time) and is not needed at once. The first segment is due now (None)."""
+        if seg.index == 0:
+            return None
+        before = self.playback.heard_before_next(self.segments[:seg.index])
+        due = self.playback.clock.due(before)
+        return due if due is not None else self.segments[0].submitted_at + before
 
     def _first_tokens(self, event: ChunkTokens) -> None:
         """Segment 0's tokens: the voice of the rest (automatic and design modes)."""
@@ -219,6 +228,7 @@ class StreamSession:
                 continue
             if isinstance(event, TurnAccepted):
                 seg.planned_s = sum(event.target_seconds)
+                self._pump()
             elif isinstance(event, TurnProgress):
                 self.host.send(StreamProgressMsg(self.id, event.chunk, event.step, event.num_steps,
                                                    event.fraction, segment=seg.index))

@@ -50,7 +50,7 @@ class DialogueRequest(Struct, frozen=True):
     lines: tuple[ScriptLine, ...]
     pause_ms: int = 300
     language: str | None = None
-    normalize: bool = False
+    normalize: bool | str = False  # `normalize_text`: true, "reference" or false
     timestamps: TimestampKind | None = None
     progress: bool = False
     received_at: float | None = None

@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 
 from msgspec import Meta
 
+from server import options as table
 from server.wire.messages import (
     MAX_PAUSE_MS,
     DialogueLine,
@@ -28,10 +29,11 @@ class DialogueBody(Options, forbid_unknown_fields=True, kw_only=True):
     language: Annotated[str, Meta(max_length=MAX_LANGUAGE_CHARS)] | None = None
     timestamps: Literal["word", "char"] | None = None  # with sse: speech.audio.words events
     # as on /v1/audio/speech: numbers read as words unless the body says false
-    normalize_text: bool | None = None
+    normalize_text: bool | Literal["reference"] | None = None
 
 
 _RULES = {"response_format": "must be mp3, opus, aac, flac, wav or pcm", "stream_format": "must be audio or sse",
+          "normalize_text": table.BY_NAME["normalize_text"].rule,
           "pause_ms": f"must be an integer 0..{MAX_PAUSE_MS}", "timestamps": "must be word, char or null"}
 
 

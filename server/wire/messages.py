@@ -196,6 +196,7 @@ _RULES = {
     "encoding": "must be one of " + ", ".join(ENCODINGS),
     "stream": "must be chunk or whole", **SIZE_RULES,
     "timestamps": "must be word, char or null",
+    "options.normalize_text": table.BY_NAME["normalize_text"].rule,
 }
 def check_options(options: Any, prefix: str = "options.", request_id: str | None = None) -> None:
     """Every knob within the options table's range (finite numbers, 64-bit seeds)."""

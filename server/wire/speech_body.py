@@ -77,13 +77,7 @@ def parse_speech_request(body: bytes, max_input_chars: int | None = None,
                          max_instructions_chars: int | None = None) -> SpeechRequest:
     """The JSON body of `/v1/audio/speech` -> a typed request; `ProtocolError` otherwise.
     Sizes are checked first (`--max-text-chars`, `--max-instructions-chars`), the content after."""
-    try:
-        req = decode_body(body, SpeechRequest, _SPEECH_RULES)
-    except ProtocolError as exc:
-        if exc.field == "normalize_text":  # msgspec names the union's types (`bool | str | null`), not its values
-            raise ProtocolError("invalid_request", f"normalize_text: {_SPEECH_RULES['normalize_text']}",
-                                field="normalize_text") from None
-        raise
+    req = decode_body(body, SpeechRequest, _SPEECH_RULES)
     check_sizes(req, max_input_chars, max_instructions_chars)
     if not has_visible_text(req.input):
         raise ProtocolError("invalid_request", "input: must not be empty (nothing but spaces or invisible "

@@ -13,6 +13,7 @@ from server.errors import did_you_mean
 _AT = re.compile(r"^(?P<msg>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
 _UNKNOWN = re.compile(r"Object contains unknown field `(?P<name>[^`]*)`")
 _CONSTRAINT = re.compile(r"^Expected `\w+` (?:[<>]=?|matching regex|of length)")
+_UNION = re.compile(r"^Expected `[^`]*\|[^`]*`")  # a union's types (`bool | str`): say its values instead
 _MISSING = re.compile(r"Object missing required field `(?P<name>[^`]*)`")
 
 
@@ -59,7 +60,7 @@ def describe_validation_error(exc: msgspec.ValidationError, rules: dict[str, str
     rule = rules.get(path)
     if "got `null`" in msg:
         return path or None, f"{path}: must not be null"
-    if rule is not None and (_CONSTRAINT.search(msg) or msg.startswith("Invalid enum")):
+    if rule is not None and (_CONSTRAINT.search(msg) or msg.startswith("Invalid enum") or _UNION.match(msg)):
         return path, f"{path}: {rule}"
     text = msg[0].lower() + msg[1:] if msg else "invalid"
     return (path, f"{path}: {text}") if path else (None, text)
