@@ -40,7 +40,8 @@ ENV CHORUS_DEVICE=cuda FLASHINFER_DISABLE_JIT=1
 # ---- CPU: the same pins, torch's CPU build -------------------------------------------------
 FROM python:3.11-slim AS runtime-cpu
 ENV PIP_NO_CACHE_DIR=1
-RUN apt-get update && apt-get install -y --no-install-recommends libsndfile1 \
+# gcc and libc6-dev: one of the tn extra's packages (cdifflib, under nemo-text-processing) is C source only
+RUN apt-get update && apt-get install -y --no-install-recommends libsndfile1 gcc libc6-dev \
     && rm -rf /var/lib/apt/lists/*
 RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
@@ -62,6 +63,8 @@ RUN groupadd --gid 10001 chorus && useradd --create-home --uid 10001 --gid 10001
     && mkdir -p /models /voices /var/cache/chorus && chown chorus:chorus /voices /var/cache/chorus /models
 # By number: Kubernetes can verify runAsNonRoot only for a numeric user.
 USER 10001:10001
+# normalize_text's English grammars (NeMo's) compiled now, into $CHORUS_CACHE_DIR, not at the first request
+RUN python -m server.text.normalize_nemo
 VOLUME ["/models", "/voices"]
 EXPOSE 8000
 HEALTHCHECK --interval=15s --timeout=3s --start-period=300s --retries=3 \
