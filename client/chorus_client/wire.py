@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from .errors import ChorusError, HandshakeError, ProtocolError, error_from
 from .events import (
@@ -66,7 +66,7 @@ class SynthesisOptions:
     chunk_seconds: float | None = None
     chunk_threshold: float | None = None
     first_chunk_seconds: float | None = None
-    normalize_text: bool | None = None
+    normalize_text: bool | Literal["reference"] | None = None  # "reference": the reference's normaliser, for parity
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_wire(self) -> dict[str, Any]:
