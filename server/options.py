@@ -14,7 +14,7 @@ the step it shares with other requests.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, make_dataclass
+from dataclasses import dataclass
 from typing import Any, Literal
 
 Kind = Literal["int", "float", "bool", "seed"]
@@ -161,9 +161,3 @@ def table_json() -> dict[str, dict[str, Any]]:
     """Every option's default and range, for the page's boot JSON."""
     return {knob.name: knob.as_json() for knob in KNOBS}
 
-
-def dataclass_of_options(name: str, module: str, doc: str) -> type:
-    """A frozen dataclass with one field per option, defaults from the table."""
-    cls = make_dataclass(name, [(k.name, k.python_type, k.default) for k in KNOBS], frozen=True)
-    cls.__module__, cls.__doc__ = module, doc
-    return cls

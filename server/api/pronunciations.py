@@ -46,7 +46,7 @@ async def add_pronunciation(request: Request, service: SynthesisService, config:
     except p.ProtocolError as exc:
         raise ApiError(exc.code, exc.message) from None
     except msgspec.ValidationError as exc:
-        field, message = p.describe_validation_error(exc)
+        field, message = p.describe_validation_error(exc, {}, target=NewPronunciation)
         raise ApiError("invalid_request", message, field=field) from None
     text, say = normal_text(new.text), normal_say(new.say)
     if (problem := entry_problem(text, say)) is not None:

@@ -7,8 +7,10 @@ from outside its process. So:
 - every text is cut into pieces (`normalize_pieces`): no call is long;
 - `workers` processes take pieces from the requests waiting in turn (round robin), so a short
   text waits at most a piece a worker behind long ones;
-- a request's pieces together may use its budget of worker seconds (`budget_s`); past it, or
-  when the request is cancelled, its piece in flight ends with its process, which is replaced;
+- a request's pieces together may use its budget of CPU seconds in the workers (`budget_s`:
+  CPU time, so a loaded machine does not spend it for the request); past it, or when the
+  request is cancelled, its piece in flight ends with its process, which is replaced; a piece
+  that has not answered in `PIECE_WALL_S` (a worker stuck) ends the same way;
 - a worker whose memory has grown past `MAX_WORKER_RSS` after a piece is replaced;
 - a worker that dies fails only the request whose piece it held.
 
@@ -37,6 +39,7 @@ from server.text.normalize_pieces import Piece, join, pieces
 log = logging.getLogger("chorus.text")
 
 MAX_WORKER_RSS = 1 << 30  # bytes; a worker past it after a piece is replaced
+PIECE_WALL_S = 60.0  # a piece that has not answered by then: its worker is stuck
 WORKER_NICENESS = 10
 
 
@@ -72,13 +75,14 @@ def _serve(conn: Connection) -> None:
         if task is None:
             return
         text, code, choice = task
+        began = time.process_time()
         try:
             out = normalizer.normalize(text, code, choice)
         except Exception as exc:  # noqa: BLE001 - the reference never raises; a bug here fails only its piece
-            conn.send(("error", f"{type(exc).__name__}: {exc}", False))
+            conn.send(("error", f"{type(exc).__name__}: {exc}", False, time.process_time() - began))
             continue
         retire = _rss_bytes() > MAX_WORKER_RSS
-        conn.send(("ok", out, retire))
+        conn.send(("ok", out, retire, time.process_time() - began))
         if retire:
             return
 
@@ -134,7 +138,7 @@ class NormalizerWorkers:
     async def normalize(self, text: str, language: str | None, bounds: WorkBounds | None = None,
                         choice: normalizer.Choice = True) -> str:
         """`normalize.normalize(text, language, choice)`, piece by piece in the workers, within
-        `bounds` (its deadline is a wall-clock limit besides the worker seconds of `budget_s`)."""
+        `bounds` (its deadline is a wall-clock limit besides the CPU seconds of `budget_s`)."""
         if not text.strip():
             return text
         bounds = bounds or WorkBounds.unbounded()
@@ -207,22 +211,23 @@ class NormalizerWorkers:
         except OSError:
             self._lost(worker)
             return
-        worker.timer = loop.call_later(max(0.0, self.budget_s - job.used_s), self._budget_spent, worker)
+        worker.timer = loop.call_later(PIECE_WALL_S, self._stuck, worker)
 
-    def _budget_spent(self, worker: _Worker) -> None:
+    def _stuck(self, worker: _Worker) -> None:
         job = worker.job
         if job is not None:
             self._fail(job, _over_budget(job))
-            self._kill(worker, "its request passed its budget")
+            self._kill(worker, "its piece did not finish in time")
 
     def _on_readable(self, worker: _Worker) -> None:
         try:
-            status, out, retire = worker.conn.recv()
+            status, out, retire, cpu_s = worker.conn.recv()
         except (EOFError, OSError):
             self._lost(worker)
             return
         job = self._release(worker)
         if job is not None:
+            job.used_s += cpu_s
             if status == "ok":
                 job.results[worker.index] = out
                 if not job.waiting and not job.running:
@@ -245,7 +250,6 @@ class NormalizerWorkers:
         job, worker.job = worker.job, None
         if job is not None:
             job.running.discard(worker)
-            job.used_s += time.monotonic() - worker.started_at
         return job
 
     def _lost(self, worker: _Worker) -> None:
@@ -315,11 +319,11 @@ class NormalizerWorkers:
         return _Worker(process, parent)
 
     def counts(self) -> tuple[int, int, int]:
-        """Busy workers, idle workers, pieces waiting (for /metrics)."""
+        """Busy workers, idle workers, pieces waiting (/metrics)."""
         return len(self._busy), len(self._idle), sum(len(job.waiting) for job in self._jobs.values())
 
     def pids(self) -> list[int]:
-        """The workers' process ids (tests and metrics)."""
+        """The workers' process ids."""
         return [w.process.pid for w in [*self._idle, *self._busy] if w.process.pid is not None]
 
     def close(self) -> None:

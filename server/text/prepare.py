@@ -4,7 +4,7 @@ when the request asks (`normalize_text`).
 Both are request-controlled work and follow the one rule (`server.bounds`): the text as spoken
 is held to `max_spoken_chars` (checked as the lexicon writes it, and after normalisation), the
 lexicon runs on the text thread within `lexicon_seconds` and the normaliser's grammars in worker
-processes within `normalize_seconds` of worker time, and both stop when their request is
+processes within `normalize_seconds` of their CPU time, and both stop when their request is
 cancelled (the awaiting task is). A request with no entry that could apply and no
 `normalize_text` goes straight on. A stream prepares each segment once it is complete
 (`server.streaming.session`).
@@ -44,7 +44,7 @@ class Spoken:
 class TextLimits:
     max_spoken_chars: int = 20000  # the text after the lexicon and normalisation
     lexicon_seconds: float = 2.0  # applying the lexicon to one text
-    normalize_seconds: float = 30.0  # worker seconds normalising one text may take
+    normalize_seconds: float = 30.0  # CPU seconds of the workers normalising one text may take
 
 
 class TextPreparer:
