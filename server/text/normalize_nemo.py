@@ -76,7 +76,7 @@ def _build_lock(block: bool = True) -> Iterator[bool]:
     """The lock on building the cache (held: True). Where there is no `fcntl` (not Unix) or the
     folder cannot be written, builds are not serialised (True all the same)."""
     try:
-        import fcntl
+        import fcntl  # lazy: Unix only; without it builds are not serialised
     except ImportError:
         yield True
         return
@@ -105,7 +105,7 @@ def _quiet_nemo() -> None:
 
 
 def _construct(folder: Path | None):
-    from nemo_text_processing.text_normalization.normalize import Normalizer
+    from nemo_text_processing.text_normalization.normalize import Normalizer  # lazy: optional, workers only
 
     _quiet_nemo()
     return Normalizer(input_case="cased", lang="en", cache_dir=None if folder is None else str(folder))
