@@ -59,8 +59,8 @@ class Config:
             raise ValueError(f"{self.name}: cooperative kernels split a tile's M over two warp groups (128 rows)")
         if self.schedule in (0, 3) and self.tm != 64:
             raise ValueError(f"{self.name}: ping-pong and basic kernels here take 64-row tiles")
-        if self.tn % 8 or not 8 <= self.tn <= 256 or self.tk not in (64, 128):
-            raise ValueError(f"{self.name}: a WGMMA N of 8..256 in steps of 8, k tile 64 or 128")
+        if self.tn % 16 or not 16 <= self.tn <= 256 or self.tk not in (64, 128):
+            raise ValueError(f"{self.name}: a tile N of 16..256 in steps of 16, k tile 64 or 128")
         if self.partials and self.schedule == 2:
             raise ValueError(f"{self.name}: stream-K reduces its own splits")
 
@@ -125,10 +125,11 @@ CONFIGS: tuple[Config, ...] = (
     _plain(128, 256, schedule=COOP, cn=2), _plain(64, 128, cn=2, partials=True),
     _plain(64, 128, schedule=BASIC, partials=True),
     # cuBLAS's own decompositions at these shapes (its nvjet kernels' names: swap-AB, a token tile
-    # sized so that about 128 CTAs run, clusters of 2 or 4, 6-12 stages), rebuilt in CUTLASS
-    _swap(64, 72, cm=2), _swap(64, 72, cn=2), _swap(64, 72),
-    _swap(64, 72, cm=2, epilogue=1, partials=True), _swap(64, 136, cm=2, epilogue=1, partials=True),
-    _swap(64, 136, cm=4), _swap(128, 136, schedule=COOP, cm=2),
+    # sized so that about 128 CTAs run, clusters of 2 or 4), rebuilt in CUTLASS; its 72- and
+    # 136-token tiles become 80 and 144 (CUTLASS's sm90 mainloop takes N in multiples of 16)
+    _swap(64, 80, cm=2), _swap(64, 80, cn=2), _swap(64, 80),
+    _swap(64, 80, cm=2, epilogue=1, partials=True), _swap(64, 144, cm=2, epilogue=1, partials=True),
+    _swap(64, 144, cm=4), _swap(128, 144, schedule=COOP, cm=2),
 )
 
 

@@ -18,6 +18,14 @@ asking L2 for its weights before it waits on its predecessor.
 
 The sweep runs in a child process: a kernel that faults is left out and the sweep resumes from
 its partial result (written to `--out` as it goes). Random weights: speed figures only.
+
+    python -m microbench.cutlass_gemm --lib LIB --chain-from SWEEP.json --out pdl.json
+    ncu ... python -m microbench.cutlass_gemm --lib LIB --probe-from SWEEP.json
+
+`--chain-from` times only the chained layer again (five rounds) and each projection's three
+fastest kernels launched with PDL call after call (cuBLAS's own kernels overlap their neighbours
+in a graph; plain CUTLASS launches do not); `--probe-from` runs each engine call and its best
+kernel twice, eagerly, for a profiler.
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ from microbench.cutlass_configs import (
     NARROW,
     PROJECTIONS,
     ROWS,
+    eligible,
     engine_splits,
     report,
     summarise,
@@ -172,6 +181,56 @@ def probe(args) -> int:
     return 0
 
 
+def pdl_per_call(b: Bench, configs, sweep: dict, rows_list, top: int = 3, rounds: int = 5) -> list[dict]:
+    """Each projection's `top` fastest eligible kernels of a finished sweep, 28 calls a graph as
+    in the sweep, launched plainly and with PDL (each call behind the previous one), alternating
+    with the engine's cuBLAS path `rounds` times."""
+    out = []
+    for base in sweep["baselines"]:
+        proj, m = base["projection"], base["rows"]
+        if m not in rows_list:
+            continue
+        mine = sorted((r for r in sweep["records"] if r["projection"] == proj and r["rows"] == m
+                       and "us" in r and eligible(proj, m, r) and r["config"] in configs), key=lambda r: r["us"])
+        es = engine_splits(m) if proj in NARROW else 1
+        row = {"projection": proj, "rows": m, "engine_us": [], "kernels": []}
+        picks = [{"config": r["config"], "splits": r["splits"], "plain_us": [], "pdl_us": []} for r in mine[:top]]
+        for _ in range(rounds):
+            row["engine_us"].append(per_layer_us(b.reference(proj, m, es)))
+            for k in picks:
+                cfg = configs[k["config"]]
+                k["plain_us"].append(per_layer_us(b.cutlass(cfg.name, cfg.partials, proj, m, k["splits"])))
+                k["pdl_us"].append(per_layer_us(b.cutlass(cfg.name, cfg.partials, proj, m, k["splits"], 1)))
+        row["kernels"] = picks
+        ref = statistics.median(row["engine_us"])
+        med = statistics.median
+        best = min(picks, key=lambda k: med(k["pdl_us"]))
+        row["best_pdl"] = {"config": best["config"], "splits": best["splits"], "us": med(best["pdl_us"]),
+                           "ratio": round(ref / med(best["pdl_us"]), 3)}
+        shown = [f"{k['config']}/{k['splits']} {med(k['plain_us']):.2f} -> {med(k['pdl_us']):.2f}" for k in picks]
+        print(f"pdl {m:5d} {proj:8s} engine {ref:7.2f}  " + "  ".join(shown), flush=True)
+        out.append(row)
+    return out
+
+
+def chain_again(args) -> int:
+    """Only the chained layer (kernels from a finished sweep's confirmation) and each
+    projection's best kernels launched with PDL call after call."""
+    with open(args.chain_from) as f:
+        sweep = json.load(f)
+    b = Bench(Library(args.lib))
+    configs = {c.name: c for c in CONFIGS}
+    doc = {"meta": {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "from": args.chain_from,
+                    "command": "python -m microbench.cutlass_gemm --lib LIB --chain-from SWEEP --out OUT"}}
+    doc["chain"] = chain(b, configs, sweep["confirm"], args.rows, rounds=5)
+    _write(args.out, doc)
+    doc["pdl_per_call"] = pdl_per_call(b, configs, sweep, args.rows)
+    doc["pdl_go"] = all(r["best_pdl"]["ratio"] >= 1.0 for r in doc["pdl_per_call"] if r["rows"] in GO_ROWS)
+    _write(args.out, doc)
+    print(f"go with PDL between calls (every projection >= 1.0x at {GO_ROWS}): {doc['pdl_go']}")
+    return 0
+
+
 def child(args) -> int:
     """The sweep itself; resumes from `args.out` where a previous child left it."""
     t0 = time.monotonic()
@@ -266,7 +325,7 @@ def confirm(b: Bench, configs, table: list[dict], rounds: int = 3) -> list[dict]
     return out
 
 
-def chain(b: Bench, configs, confirmed: list[dict], rows_list) -> list[dict]:
+def chain(b: Bench, configs, confirmed: list[dict], rows_list, rounds: int = 3) -> list[dict]:
     """A layer's four GEMMs back to back, 28 layers a graph: the engine's cuBLAS calls against
     each projection's best CUTLASS kernel launched plainly, with PDL, and with PDL + weight prefetch."""
     out = []
@@ -288,8 +347,9 @@ def chain(b: Bench, configs, confirmed: list[dict], rows_list) -> list[dict]:
                     raise RuntimeError(f"a CUTLASS launch failed ({status})")
             return layer
 
-        def outputs():
-            return [b.buffers(p, m)[2 if configs[picks[p]["config"]].partials else 1].clone() for p in PROJECTIONS]
+        def outputs():  # what each kernel writes (a partials buffer's first `splits` slices)
+            return [b.buffers(p, m)[2][:picks[p]["splits"]].clone() if configs[picks[p]["config"]].partials
+                    else b.buffers(p, m)[1].clone() for p in PROJECTIONS]
 
         mine(0)(0)
         torch.cuda.synchronize()
@@ -300,7 +360,7 @@ def chain(b: Bench, configs, confirmed: list[dict], rows_list) -> list[dict]:
         row = {"rows": m, "configs": {p: [picks[p]["config"], picks[p]["splits"]] for p in PROJECTIONS},
                "pdl_prefetch_bitwise_equal": same, "engine_cublas_us": [], "cutlass_us": [], "cutlass_pdl_us": [],
                "cutlass_pdl_prefetch_us": [], "cutlass_prefetch_us": []}
-        for _ in range(3):
+        for _ in range(rounds):
             row["engine_cublas_us"].append(per_layer_us(lambda i: [f(i) for f in refs]))
             row["cutlass_us"].append(per_layer_us(mine(0)))
             row["cutlass_pdl_us"].append(per_layer_us(mine(1)))
@@ -321,6 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget-s", type=float, default=400, help="stop timing new configurations after this")
     p.add_argument("--no-chain", dest="chain", action="store_false", help="skip the chained layer (PDL)")
     p.add_argument("--probe-from", default=None, help="only run a finished sweep's best kernels for a profiler")
+    p.add_argument("--chain-from", default=None, help="only time the chained layer, kernels from a finished sweep")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--resume", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--exclude", nargs="*", default=[], help=argparse.SUPPRESS)
@@ -330,6 +391,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.probe_from:
         return probe(args)
+    if args.chain_from:
+        return chain_again(args)
     if args.child:
         return child(args)
     if not args.out:

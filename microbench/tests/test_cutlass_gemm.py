@@ -25,7 +25,7 @@ def test_every_configuration_is_buildable_and_named_once():
         c.check()
         src = c.source()
         assert f"CHORUS_CUTLASS_GEMM({c.name}, " in src and '#include "gemm.cuh"' in src
-        # a 72-, 136- or 144-wide tile needs the extended WGMMA shapes, or it runs 8/16-wide instructions
+        # an 80- or 144-wide tile needs the extended WGMMA shapes, or it runs 8/16-wide instructions
         assert ("CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED" in src) == (c.tn not in cc.COMMON_MMA_N)
     # the sweep covers what the issue asks: both tile heights, both schedules, split/stream-K, swap-AB
     assert {c.tm for c in cc.CONFIGS if not c.swap} == {64, 128}
@@ -38,6 +38,8 @@ def test_a_configuration_the_builders_would_reject_is_refused():
         cc.Config(False, 64, 128, schedule=1).check()  # cooperative needs 128-row tiles
     with pytest.raises(ValueError):
         cc.Config(True, 64, 300).check()  # WGMMA N above 256
+    with pytest.raises(ValueError):
+        cc.Config(True, 64, 72).check()  # CUTLASS's sm90 mainloop takes N in multiples of 16
     with pytest.raises(ValueError):
         cc.Config(False, 128, 128, schedule=2, partials=True).check()
 
