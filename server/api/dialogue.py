@@ -22,6 +22,7 @@ from litestar import Request, Response, post
 from litestar.response import Stream
 
 from server.api.auth import owner_of
+from server.api.schema_parts import audio_response, documented, json_body
 from server.api.speech import first_audio_or_refusal, read_body, sse_event
 from server.audio.encoders import MEDIA_TYPES, StreamEncoder, default_rate, encode, http_encoder, ws_encoder
 from server.audio.files import encode_flac
@@ -138,7 +139,9 @@ def ws_dialogue(service: SynthesisService, msg: p.Dialogue, prefix: str, owner: 
     return dialogue_of(service, request, max_audio_seconds), out_rate
 
 
-@post("/audio/dialogue", status_code=200)
+@post("/audio/dialogue", status_code=200, operation_id="createDialogue", tags=["audio"],
+      **documented(404, 413, 422, ok=audio_response({}),
+                   body=json_body("DialogueBody", "a script of several speakers")))
 async def dialogue(request: Request, service: SynthesisService, config: ServerConfig) -> Response | Stream:
     """A script of several speakers as one audio file: JSON `{"lines": [{"voice", "text",
     "instruct"?, "options"?}], "pause_ms"?, "response_format"?, "stream_format"?}` plus the speech

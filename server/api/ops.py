@@ -10,6 +10,8 @@ from server.api.schema_parts import ErrorBody, Health, Readiness, documented
 from server.metrics import CONTENT_TYPE_LATEST
 
 TAGS = ["operations"]
+# Prometheus's text type without its charset: the response adds `charset=utf-8` to `text/*` itself
+PROMETHEUS_TEXT = CONTENT_TYPE_LATEST.split("; charset")[0]
 
 
 @get("/healthz", media_type=MediaType.JSON, operation_id="healthz", tags=TAGS,
@@ -44,4 +46,4 @@ async def metrics(state: State) -> Response:
         body = service.metrics.render()
     else:
         body = b""
-    return Response(body, media_type=CONTENT_TYPE_LATEST)
+    return Response(body, media_type=PROMETHEUS_TEXT)

@@ -27,7 +27,10 @@ class VoiceList(msgspec.Struct):
 
 
 def _form_text(form, name: str) -> str | None:
-    value = form.get(name)
+    values = form.getall(name) if name in form else []
+    if len(values) > 1:
+        raise ApiError("invalid_request", f"{name}: given {len(values)} times; send it once", field=name)
+    value = values[0] if values else None
     if value is None:
         return None
     if not isinstance(value, str):

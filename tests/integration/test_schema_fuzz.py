@@ -23,7 +23,7 @@ import schemathesis
 import soundfile as sf
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.errors import Flaky
-from schemathesis.core.failures import AcceptedNegativeData, FailureGroup
+from schemathesis.core.failures import FailureGroup
 
 from tests.support.health_probe import HealthProbe
 
@@ -36,9 +36,6 @@ FAST = settings(max_examples=8, deadline=None, derandomize=True, database=None,
 # plan over --max-audio-seconds, a CMU form with an unknown phone (422), bytes that are no audio
 # (415), a text that normalisation makes longer than --max-spoken-chars (413).
 BEYOND_THE_SCHEMA = ["2xx", 401, 403, 404, 409, 413, 415, 422, 429, "5xx"]
-# Found by this test, outside the schema's files: an upload naming `text` or `name` more than once
-# is taken with the first value (201) instead of refused. Only that failure is set aside.
-REPEATED_FORM_FIELDS = ("text", "name")
 CONFIG = {
     "headers": {"Authorization": f"Bearer {KEY}"},
     "request-timeout": 60,
@@ -97,13 +94,6 @@ def api_schema(fuzz_server, health, calls):
         if case.operation.label == "POST /v1/voices" and isinstance(form, dict) and "audio" in form:
             form["audio"] = CLIP
         return case
-
-    @schema.hook
-    def filter_failure(context, failure, case, response):
-        form = getattr(case.body, "body", case.body)
-        repeated = isinstance(form, dict) and any(isinstance(form.get(name), list) for name in REPEATED_FORM_FIELDS)
-        return not (case.operation.label == "POST /v1/voices" and repeated
-                    and isinstance(failure, AcceptedNegativeData))
 
     @schema.hook
     def after_call(context, case, response):
