@@ -23,7 +23,7 @@ from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.exceptions import HTTPException, NotFoundException
 
-from server.api import models, ops, pronunciations, speech, stream, voices
+from server.api import jobs, models, ops, pronunciations, speech, stream, voices
 from server.api.auth import require_api_key, require_known_host, unknown_route_handler
 from server.api.errors import (
     ApiError,
@@ -36,6 +36,8 @@ from server.api.pages import template_config, web_route_handlers
 from server.api.schema_page import openapi_config
 from server.audio.files import AudioLimits
 from server.config import ServerConfig
+from server.jobs import open_job_store
+from server.jobs.runner import JobRunner, RunnerSettings
 from server.memtrim import trim_when_idle
 from server.metrics import Metrics
 from server.net.bodies import BodyBudget, BodyBudgetExceeded, body_budget_middleware
@@ -102,12 +104,17 @@ def create_app(cfg: ServerConfig, engine: Engine | None = None, owns_engine: boo
         app.state.ready = True
         service = app.state.service
         trimmer = asyncio.create_task(trim_when_idle(lambda: service.inflight))
+        job_store = await asyncio.to_thread(open_job_store, cfg.jobs_folder, cfg.voices_db)
+        app.state.jobs = JobRunner(service, job_store, RunnerSettings(
+            cfg.job_concurrency, cfg.job_lease_seconds, cfg.job_retention_hours * 3600.0)).start()
         normalize.report_availability()
         try:
             yield
         finally:
             trimmer.cancel()
             app.state.ready = False
+            await app.state.jobs.stop()  # items in flight go back to the queue
+            job_store.close()
             if engine is None or owns_engine:  # ends what is left with `cancelled`
                 await asyncio.to_thread(running.stop)
             service.text.close()
@@ -140,6 +147,7 @@ def create_app(cfg: ServerConfig, engine: Engine | None = None, owns_engine: boo
                 voices.create_voice, voices.list_voices, voices.get_voice, voices.delete_voice,
                 pronunciations.list_pronunciations, pronunciations.add_pronunciation,
                 pronunciations.delete_pronunciation,
+                jobs.create_job, jobs.get_job, jobs.get_job_item, jobs.get_job_archive, jobs.cancel_job,
             ]),
             *web_route_handlers(cfg),
         ],

@@ -81,6 +81,13 @@ class Metrics:
                                        "(busy: on a piece of some request's text; idle)", ["state"], registry=r)
         self.normalize_waiting = Gauge("chorus_normalize_pieces_waiting", "Pieces of text waiting for a "
                                        "normalize_text worker, all requests together", registry=r)
+        self.jobs = Gauge("chorus_jobs", "Jobs in the job store by status (where the store is shared, every "
+                          "replica's)", ["status"], registry=r)
+        self.job_items = Counter("chorus_job_items", "Job items this server ended, by outcome (done; failed; "
+                                 "released: given back to the queue; dropped: made after its claim was lost)",
+                                 ["outcome"], registry=r)
+        self.job_audio_seconds = Counter("chorus_job_audio_seconds", "Seconds of audio of job items this server "
+                                         "made", registry=r)
         self._counted_steps: dict[str, int] = {}
         self._seen_steps: dict[str, int] = {}
 

@@ -57,6 +57,9 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--voices-db", default=None,
                        help="postgresql://... voice library shared by several replicas (default: $CHORUS_VOICES_DB; "
                             "else the embedded SQLite library in --voices-dir)")
+    serve.add_argument("--jobs-dir", default=None,
+                       help="folder of the embedded job store (POST /v1/jobs): its index and each item's audio "
+                            "(default: jobs/ in --voices-dir; with --voices-db, jobs and audio live in that database)")
     serve.add_argument("--aligner", default=None,
                        help="a local wav2vec2/MMS-style CTC checkpoint folder: word timestamps come from "
                             "forced alignment of the audio (\"source\": \"aligned\") instead of the model's estimate")
@@ -109,6 +112,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         cfg.voices_dir = Path(args.voices_dir)
     if args.voices_db:
         cfg.voices_db = args.voices_db
+    if args.jobs_dir:
+        cfg.jobs_dir = Path(args.jobs_dir)
     cfg.asr_model = args.asr_model
     cfg.aligner = args.aligner
     for limit in LIMITS:
