@@ -23,7 +23,7 @@ from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.exceptions import HTTPException, NotFoundException
 
-from server.api import jobs, models, ops, pronunciations, speech, stream, voices
+from server.api import dialogue, jobs, models, ops, pronunciations, speech, stream, voices
 from server.api.auth import require_api_key, require_known_host, unknown_route_handler
 from server.api.errors import (
     ApiError,
@@ -143,7 +143,7 @@ def create_app(cfg: ServerConfig, engine: Engine | None = None, owns_engine: boo
             ops.healthz, ops.readyz, ops.metrics,
             Router("/v1", guards=[require_api_key], security=[{"bearer": []}], route_handlers=[
                 stream.stream,
-                speech.speech, models.list_models, models.retrieve_model,
+                speech.speech, dialogue.dialogue, models.list_models, models.retrieve_model,
                 voices.create_voice, voices.list_voices, voices.get_voice, voices.delete_voice,
                 pronunciations.list_pronunciations, pronunciations.add_pronunciation,
                 pronunciations.delete_pronunciation,
