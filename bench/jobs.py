@@ -26,24 +26,18 @@ import argparse
 import asyncio
 import multiprocessing
 import os
-import platform
 import random
-import shlex
 import sys
-import tempfile
 import time
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
-from datetime import UTC, datetime
-from pathlib import Path
 
 import httpx
 
 from bench import capacity, ws_bench
 from bench.metrics import emit_report
 from bench.mixes import WORDS
+from bench.served import gpu_name, report_meta, result_path, served
 from bench.ws_bench import StepWatch
-from server.cli.checkout import git_commit
-from server.cli.launcher import ServerProcess
 from server.jobs.split import estimate_seconds
 from server.loadtest.cli import split_serve_args
 
@@ -55,7 +49,7 @@ SUMMARY_KEYS = ("job_audio_s_per_s", "job_audio_seconds", "job_wall_seconds", "j
                 "agents_alone_underruns", "gpu", "commit")
 
 
-def _sentence(rng: random.Random) -> str:
+def sentence(rng: random.Random) -> str:
     """4-22 common words, now and then a clause, a question or an exclamation."""
     words = [rng.choice(WORDS) for _ in range(rng.randint(4, 22))]
     if len(words) > 8 and rng.random() < 0.4:
@@ -70,7 +64,7 @@ def long_text(seconds: float, seed: int = 0) -> str:
     paragraphs: list[str] = []
     total = 0.0
     while total < seconds:
-        paragraph = " ".join(_sentence(rng) for _ in range(rng.randint(2, 8)))
+        paragraph = " ".join(sentence(rng) for _ in range(rng.randint(2, 8)))
         paragraphs.append(paragraph)
         total += estimate_seconds(paragraph)
     return "\n\n".join(paragraphs)
@@ -235,41 +229,15 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _gpu() -> str | None:
-    try:
-        import torch
-
-        return torch.cuda.get_device_name() if torch.cuda.is_available() else None
-    except Exception:  # noqa: BLE001 - torch missing: a client-only machine
-        return None
-
-
 def main(argv: list[str] | None = None) -> int:
     argv, serve_args = split_serve_args(argv)
     args = build_parser().parse_args(argv)
-    t0, gpu = time.perf_counter(), _gpu()
-    if args.url:
-        result = measure(args.url.rstrip("/"), args)
-    else:
-        with tempfile.TemporaryDirectory() as tmp:
-            server = ServerProcess(["--model", args.checkpoint, "--voices-dir", str(Path(tmp) / "voices"),
-                                    "--log-level", "warning", *serve_args], Path(tmp) / "server.log").start()
-            try:
-                result = measure(server.url, args)
-            finally:
-                server.stop()
-    date = datetime.now(UTC)
-    commit = git_commit(os.environ.get("CHORUS_COMMIT"))
-    command = ["python", "-m", "bench.jobs", *argv, *(["--", *serve_args] if serve_args else [])]
-    report = {"summary": summary(result, gpu, commit),
-              "meta": {"command": shlex.join(command), "date_utc": date.strftime("%Y-%m-%dT%H:%M:%SZ"),
-                       "commit": commit, "machine": {"gpu": gpu, "cpus": os.cpu_count(), "host": platform.node(),
-                                                     "python": platform.python_version()},
-                       "minutes": round((time.perf_counter() - t0) / 60, 2),
-                       "settings": {k: v for k, v in vars(args).items() if k != "url"}, "serve_args": serve_args},
-              **result}
-    name = f"{date:%Y-%m-%d}-{'gpu' if gpu else 'cpu'}-jobs.json"
-    emit_report(report, args.out or str(Path(__file__).parent / "results" / name))
+    t0, gpu = time.perf_counter(), gpu_name()
+    with served(args.url, args.checkpoint, serve_args) as base:
+        result = measure(base, args)
+    meta = report_meta("bench.jobs", argv, serve_args, gpu, t0, vars(args))
+    report = {"summary": summary(result, gpu, meta["commit"]), "meta": meta, **result}
+    emit_report(report, result_path(args.out, "jobs", gpu))
     return 0
 
 

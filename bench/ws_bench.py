@@ -215,7 +215,11 @@ class Client:
         return cls(ws)
 
     async def send(self, rid: str, text: str, **fields) -> Timing:
-        frame = {"type": "synthesize", "id": rid, "text": text, "progress": False, **fields}
+        return await self.send_message({"type": "synthesize", "id": rid, "text": text, "progress": False, **fields})
+
+    async def send_message(self, frame: dict) -> Timing:
+        """Any request frame (`synthesize`, `dialogue`): timed from just before it is sent."""
+        rid = frame["id"]
         self._ended[rid] = asyncio.Event()
         timing = self.timings[rid] = Timing(sent=time.perf_counter())
         await self.ws.send(json.dumps(frame))
