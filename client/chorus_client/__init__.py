@@ -24,18 +24,19 @@ from .errors import (
     UnauthorizedError,
     VoiceNotFoundError,
 )
-from .events import Accepted, AudioChunk, Cancelled, Done, Event, Progress, Ready, Segment, Words, WordTiming
-from .requests import Result, Synthesis, TextStream
+from .events import Accepted, AudioChunk, Cancelled, Done, Event, Line, Progress, Ready, Segment, Words, WordTiming
+from .requests import Dialogue, Result, Synthesis, TextStream
 from .retry import BusyRetry
 from .voices import Voice
-from .wire import Reference, SynthesisOptions
+from .wire import DialogueLine, Reference, SynthesisOptions
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Accepted", "AudioChunk", "BadMessageError", "BadResponseError", "BufferFullError", "BusyError", "BusyRetry",
-    "Cancelled", "ChorusClient", "ChorusError", "ConflictError", "ConnectionLostError", "Done", "DuplicateIdError",
-    "Event", "HandshakeError", "InternalError", "InvalidRequestError", "Progress", "ProtocolError", "Ready",
+    "Cancelled", "ChorusClient", "ChorusError", "ConflictError", "ConnectionLostError", "Dialogue", "DialogueLine",
+    "Done", "DuplicateIdError", "Event", "HandshakeError", "InternalError", "InvalidRequestError", "Line", "Progress",
+    "ProtocolError", "Ready",
     "Reference", "RequestTimeoutError", "Result", "Segment", "StreamIdleError", "StreamTooLongError", "Synthesis",
     "SynthesisOptions", "TextStream", "TextTooLongError", "TooManyRequestsError", "UnauthorizedError", "Voice",
     "VoiceNotFoundError", "WordTiming", "Words", "split_url",

@@ -1,5 +1,5 @@
-"""`ChorusClient`: one object for the WebSocket (synthesize, text streams, ping) and the
-HTTP voice library of one Chorus server.
+"""`ChorusClient`: one object for the WebSocket (synthesize, text streams, dialogues, ping)
+and the HTTP voice library of one Chorus server.
 
 The WebSocket opens on first use and is shared by every request and stream (the HTTP client
 is made on the first voice-library call); if it closes, the requests in flight fail with
@@ -33,10 +33,10 @@ from websockets.exceptions import InvalidHandshake, InvalidStatus
 from .connection import Bounds, Connection
 from .errors import ChorusError, ConnectionLostError, ProtocolError, UnauthorizedError
 from .events import Ready
-from .requests import Synthesis, TextStream
+from .requests import Dialogue, Synthesis, TextStream
 from .retry import DEFAULT_BUSY_RETRY, BusyRetry
 from .voices import Voice, VoicesAPI
-from .wire import Options, Reference, request_frame
+from .wire import LineSpec, Options, Reference, dialogue_frame, request_frame
 
 STREAM_PATH = "/v1/stream"
 
@@ -146,6 +146,21 @@ class ChorusClient:
                               language=language, encoding=encoding, sample_rate=sample_rate, progress=progress,
                               options=options, timestamps=timestamps, keep_voice=keep_voice, extra=extra)
         return TextStream(self._connection, rid, frame, sample_rate, self.busy_retry, self._rng)
+
+    def dialogue(self, lines: list[LineSpec], *, pause_ms: int | None = None, language: str | None = None,
+                 encoding: str | None = None, sample_rate: int | None = None, progress: bool = False,
+                 options: Options = None, timestamps: str | None = None, request_id: str | None = None,
+                 extra: dict[str, Any] | None = None) -> Dialogue:
+        """A script of several speakers as one request: `lines` of `DialogueLine(text, voice=,
+        instruct=, options=)` (or `(voice, text)` pairs, or the protocol's dicts), every line
+        synthesised at once and heard in order with `pause_ms` of silence between lines
+        (the server's default: 300). Iterate it for `Line`, `Progress`, `AudioChunk`, `Words`,
+        then `Done` or `Cancelled`; `await ....collect()` gathers it all."""
+        rid = request_id or f"d{next(self._ids)}"
+        frame = dialogue_frame(rid, list(lines), pause_ms=pause_ms, language=language, encoding=encoding,
+                               sample_rate=sample_rate, progress=progress, options=options, timestamps=timestamps,
+                               extra=extra)
+        return Dialogue(self._connection, rid, frame, sample_rate, self.busy_retry, self._rng)
 
     async def list_voices(self) -> list[Voice]:
         return await self.voices.list()

@@ -40,6 +40,7 @@ class Progress:
     num_steps: int
     fraction: float
     segment: int | None = None
+    line: int | None = None  # dialogues: the line these steps are of (its `Line` came before)
 
 
 @dataclass(frozen=True)
@@ -52,9 +53,10 @@ class AudioChunk:
     chunk: int = 0
     final: bool = False
     segment: int | None = None  # streams only
-    offset_samples: int | None = None  # streams only: where this frame starts in the stream's audio
+    offset_samples: int | None = None  # streams and dialogues: where this frame starts in their audio
     received_at: float = 0.0  # time.perf_counter() when the client read the frame off the socket
     header: dict[str, Any] = field(default_factory=dict, repr=False)
+    line: int | None = None  # dialogues only: the line it speaks, -1 for the pause after a line
 
     @property
     def seconds(self) -> float:
@@ -70,6 +72,7 @@ class Words:
     chars: list[WordTiming] | None = None
     segment: int | None = None
     source: str | None = None  # "model" or "aligned"
+    line: int | None = None  # dialogues only (their timings are on the dialogue's clock)
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,23 @@ class Segment:
     text: str
     offset_samples: int
     samples: int
+
+
+@dataclass(frozen=True)
+class Line:
+    """A dialogue's line `line` begins: who says it, what, and where its audio starts in the
+    dialogue's (samples at the request's rate). Its audio follows."""
+
+    request_id: str
+    line: int
+    voice: str | None
+    text: str
+    offset_samples: int
+    sample_rate: int = 24000
+
+    @property
+    def offset_seconds(self) -> float:
+        return self.offset_samples / self.sample_rate
 
 
 @dataclass(frozen=True)
@@ -97,7 +117,7 @@ class Cancelled:
     request_id: str
 
 
-Event = Accepted | Progress | AudioChunk | Words | Segment | Done | Cancelled
+Event = Accepted | Progress | AudioChunk | Words | Segment | Line | Done | Cancelled
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""A request in flight: a `synthesize` (`Synthesis`) or a text stream (`TextStream`).
+"""A request in flight: a `synthesize` (`Synthesis`), a text stream (`TextStream`) or a
+dialogue (`Dialogue`).
 
 Both are async iterators of events that end at `Done` or `Cancelled` (an error raises its
 `ChorusError`). After `cancel()` no more audio of the request is yielded, even what was
@@ -16,6 +17,7 @@ sends it again, in order, on the new attempt; what is appended during the wait j
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .errors import ChorusError, RequestTimeoutError
-from .events import Accepted, AudioChunk, Cancelled, Done, Event, Progress, Segment, Words
+from .events import Accepted, AudioChunk, Cancelled, Done, Event, Line, Progress, Segment, Words
 from .retry import BusyRetry
 
 if TYPE_CHECKING:
@@ -40,6 +42,7 @@ class Result:
     segments: list[Segment] = field(default_factory=list)
     done: Done | None = None
     cancelled: bool = False
+    lines: list[Line] = field(default_factory=list)  # a dialogue's, in order
 
     @property
     def samples(self) -> int:
@@ -142,11 +145,15 @@ class _Request:
                 return item
             if isinstance(item, AudioChunk) and self.cancel_requested:
                 continue
+            shaped = self._shaped(item)
+            if shaped is None:
+                continue
+            item = shaped
             if isinstance(item, Accepted):
                 if self._accepted:
                     continue  # a retry's: the caller has had this request's
                 self._accepted = True
-            elif not isinstance(item, Progress) and not self._settled:
+            elif not isinstance(item, (Progress, Line)) and not self._settled:
                 self._settled = True
                 self._forget_sent()
             return item
@@ -191,6 +198,10 @@ class _Request:
     def _forget_sent(self) -> None:
         """The request can no longer be retried: what a retry would send again is dropped."""
 
+    def _shaped(self, item: Event) -> Event | None:
+        """An event as the caller gets it (None: not at all)."""
+        return item
+
     async def _wait_for(self, route: Route) -> None:
         """Wait for the request's next event; when no frame of it went either way for the
         idle timeout, cancel it on the server and raise `RequestTimeoutError`."""
@@ -223,6 +234,8 @@ class _Request:
                 result.words.append(event)
             elif isinstance(event, Segment):
                 result.segments.append(event)
+            elif isinstance(event, Line):
+                result.lines.append(event)
             elif isinstance(event, Done):
                 result.done = event
             elif isinstance(event, Cancelled):
@@ -254,6 +267,38 @@ class Synthesis(_Request):
         if not self.ended and self._conn is not None:
             await self.cancel()
         await self._end_on_exit(exc_type is not None)
+
+
+class Dialogue(_Request):
+    """A script of several speakers (`dialogue`), all its lines synthesised at once and heard in
+    order: per line a `Line`, then its `Progress` (with `progress=True`; `line` says whose),
+    `AudioChunk`s (`line`, -1 for the pause after it, and `offset_samples` in the dialogue's
+    audio) and `Words`; then `Done` for the whole dialogue. `async with` cancels every line if
+    the block exits early."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.line: int | None = None  # the line whose `Line` came last
+        self._lines_seen: set[int] = set()
+
+    async def __aenter__(self) -> Dialogue:
+        await self.start()
+        return self
+
+    async def __aexit__(self, exc_type, exc, tb) -> None:
+        if not self.ended and self._conn is not None:
+            await self.cancel()
+        await self._end_on_exit(exc_type is not None)
+
+    def _shaped(self, item: Event) -> Event | None:
+        if isinstance(item, Line):
+            if item.line in self._lines_seen:
+                return None  # a retry's: the caller has had it
+            self._lines_seen.add(item.line)
+            self.line = item.line
+        elif isinstance(item, Progress) and item.line is None and self.line is not None:
+            return dataclasses.replace(item, line=self.line)  # a line's steps come after its `Line`
+        return item
 
 
 class TextStream(_Request):

@@ -24,6 +24,7 @@ from .events import (
     Cancelled,
     Done,
     Event,
+    Line,
     Progress,
     Ready,
     Segment,
@@ -78,6 +79,41 @@ class SynthesisOptions:
 Options = SynthesisOptions | dict[str, Any] | None
 
 
+@dataclass
+class DialogueLine:
+    """One line of a dialogue: what is said, in which voice (a built-in name, a library or kept
+    voice; None: the dialogue's one automatic voice), optionally how (`instruct`, and knobs over
+    the dialogue's `options`)."""
+
+    text: str
+    voice: str | None = None
+    instruct: str | None = None
+    options: Options = None
+
+    def to_wire(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"voice": self.voice, "text": self.text}
+        if self.instruct is not None:
+            out["instruct"] = self.instruct
+        if (options := options_to_wire(self.options)) is not None:
+            out["options"] = options
+        return out
+
+
+LineSpec = DialogueLine | dict[str, Any] | tuple[str | None, str]
+
+
+def line_to_wire(line: LineSpec) -> dict[str, Any]:
+    """A dialogue line as the protocol's object: a `DialogueLine`, a dict (as it is), or a
+    `(voice, text)` pair."""
+    if isinstance(line, DialogueLine):
+        return line.to_wire()
+    if isinstance(line, tuple) and len(line) == 2:
+        return {"voice": line[0], "text": line[1]}
+    if isinstance(line, dict):
+        return dict(line)
+    raise TypeError(f"a dialogue line is a DialogueLine, a dict or a (voice, text) pair, not {type(line).__name__}")
+
+
 def options_to_wire(options: Options) -> dict[str, Any] | None:
     if options is None:
         return None
@@ -97,6 +133,19 @@ def request_frame(kind: str, request_id: str, *, text: str | None = None, voice:
               "encoding": encoding, "sample_rate": sample_rate, "stream": stream, "progress": progress,
               "options": options_to_wire(options), "timestamps": timestamps, "keep_voice": keep_voice}
     frame = {"type": kind, "id": request_id}
+    frame.update({k: v for k, v in fields.items() if v is not None})
+    frame.update(extra or {})
+    return frame
+
+
+def dialogue_frame(request_id: str, lines: list[LineSpec], *, pause_ms: int | None = None,
+                   language: str | None = None, encoding: str | None = None, sample_rate: int | None = None,
+                   progress: bool | None = None, options: Options = None, timestamps: str | None = None,
+                   extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A `dialogue` frame with only the fields that are set."""
+    fields = {"pause_ms": pause_ms, "language": language, "encoding": encoding, "sample_rate": sample_rate,
+              "progress": progress, "options": options_to_wire(options), "timestamps": timestamps}
+    frame: dict[str, Any] = {"type": "dialogue", "id": request_id, "lines": [line_to_wire(line) for line in lines]}
     frame.update({k: v for k, v in fields.items() if v is not None})
     frame.update(extra or {})
     return frame
@@ -191,7 +240,8 @@ def parse_audio(frame: bytes, received_at: float | None = None) -> AudioChunk:
                           chunk=typed(header, "chunk", INT, 0), final=typed(header, "final", (bool,), False),
                           segment=typed(header, "segment", INT, None),
                           offset_samples=typed(header, "offset_samples", INT, None),
-                          received_at=time.perf_counter() if received_at is None else received_at, header=header)
+                          received_at=time.perf_counter() if received_at is None else received_at, header=header,
+                          line=typed(header, "line", INT, None))
     except Malformed as exc:
         raise ProtocolError(f"audio frame of {rid}: {exc}", request_id=rid) from None
 
@@ -247,18 +297,23 @@ def _accepted(msg: dict[str, Any], rid: str, sample_rate: int) -> Accepted:
 
 def _progress(msg: dict[str, Any], rid: str, sample_rate: int) -> Progress:
     return Progress(rid, typed(msg, "chunk", INT, 0), typed(msg, "step", INT), typed(msg, "num_steps", INT),
-                    typed(msg, "fraction", NUMBER), typed(msg, "segment", INT, None))
+                    typed(msg, "fraction", NUMBER), typed(msg, "segment", INT, None), typed(msg, "line", INT, None))
 
 
 def _words(msg: dict[str, Any], rid: str, sample_rate: int) -> Words:
     chars = _timings(msg, "chars", sample_rate) if msg.get("chars") is not None else None
     return Words(rid, _timings(msg, "words", sample_rate), chars, typed(msg, "segment", INT, None),
-                 typed(msg, "source", TEXT, None))
+                 typed(msg, "source", TEXT, None), typed(msg, "line", INT, None))
 
 
 def _segment(msg: dict[str, Any], rid: str, sample_rate: int) -> Segment:
     return Segment(rid, typed(msg, "segment", INT), typed(msg, "text", TEXT, ""), typed(msg, "offset_samples", INT),
                    typed(msg, "samples", INT))
+
+
+def _line(msg: dict[str, Any], rid: str, sample_rate: int) -> Line:
+    return Line(rid, _at_least(typed(msg, "line", INT), "line", 0), typed(msg, "voice", TEXT, None),
+                typed(msg, "text", TEXT, ""), typed(msg, "offset_samples", INT), sample_rate)
 
 
 def _done(msg: dict[str, Any], rid: str, sample_rate: int) -> Done:
@@ -272,6 +327,6 @@ def _cancelled(msg: dict[str, Any], rid: str, sample_rate: int) -> Cancelled:
 
 # the server frames of a request, each read by its own function; "error" is read by error_from
 _EVENT_KINDS: dict[str, Callable[[dict[str, Any], str, int], Event]] = {
-    "accepted": _accepted, "progress": _progress, "words": _words, "segment": _segment, "done": _done,
-    "cancelled": _cancelled,
+    "accepted": _accepted, "progress": _progress, "words": _words, "segment": _segment, "line": _line,
+    "done": _done, "cancelled": _cancelled,
 }

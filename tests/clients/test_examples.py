@@ -21,6 +21,7 @@ EXAMPLES = {
     "openai_client.py": "openai",
     "pipecat_agent.py": "pipecat",
     "livekit_agent.py": "livekit.agents",
+    "dialogue.py": None,
 }
 
 
@@ -48,6 +49,9 @@ def test_example_runs(name, chorus_url, tmp_path):
         assert len(kept) == 1, run.stdout
         assert re.findall(r"^turn \d+ \((.*)\):$", run.stdout, re.M) == ["keep_voice", f"voice {kept[0]}",
                                                                       f"voice {kept[0]}"], run.stdout
+    if name == "dialogue.py":  # the script's four lines, in order, two voices taking turns
+        assert re.findall(r"^line (\d) at .*?\((\w+)\):", run.stdout, re.M) == [
+            ("0", "alloy"), ("1", "echo"), ("2", "alloy"), ("3", "echo")], run.stdout
     if "pip install" in (source := (ROOT / "examples" / name).read_text()):  # as a checkout installs it
         assert "chorus-client" not in " ".join(re.findall(r"pip install (.*)", source)), name
 

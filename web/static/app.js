@@ -1,11 +1,12 @@
 // The Chorus demo page: wiring. The parts live in their own modules (knobs, voice library,
-// field errors, playback queue, live mode, job cards, connection status and API key); this
-// one holds the page's state in one object and connects the parts to the form and the
-// WebSocket.
+// field errors, playback queue, live mode, job cards, the dialogue tab, connection status and
+// API key); this one holds the page's state in one object and connects the parts to the forms
+// and the WebSocket.
 
 import { audioContext, stats } from "./audio.js";
 import { ChorusClient } from "./client.js";
 import { composeInstruct, fillDesignSelects } from "./design.js";
+import { DialogueJob, DialoguePanel } from "./dialogue.js";
 import { $, announce } from "./dom.js";
 import { FieldErrors, errorTarget } from "./field-errors.js";
 import { Job } from "./jobs.js";
@@ -16,6 +17,7 @@ import { LiveSession } from "./live.js";
 import { PlaybackQueue } from "./playback.js";
 import { charCount, exactJson } from "./protocol.js";
 import { ApiKey, ConnectionStatus } from "./status.js";
+import { Tabs } from "./tabs.js";
 import { VoicesApi } from "./voices.js";
 
 const boot = JSON.parse($("chorus-boot").textContent);
@@ -47,6 +49,7 @@ knobs.changed();
 const api = new VoicesApi(() => key.headers());
 const lexicon = new LexiconPanel(() => key.headers(), () => api.list());
 const library = new VoiceLibrary(api, () => errors.clear("voice"), Boolean(boot.asr));
+library.onVoices = (voices) => dialogue.setVoices(voices); // every voice picker shows the same list
 const queue = new PlaybackQueue();
 $("play-one-at-a-time").addEventListener("change", (ev) => {
   queue.oneAtATime = ev.target.checked;
@@ -82,8 +85,8 @@ function applyLimits() {
   $("max-chars").textContent = state.limits.max_text_chars.toLocaleString();
   knobs.applyLimits(state.limits);
   updateCount();
+  dialogue?.update();
 }
-applyLimits();
 
 // ---------------------------------------------------------------------------- voice
 
@@ -176,11 +179,13 @@ const client = new ChorusClient(() => key.streamUrl(), {
   },
 });
 
-// A result card follows its request's events.
-function follow(job, request) {
+// A result card follows its request's events; `onServerError(msg, job)` shows an error frame
+// (by default beside the Speak tab's control the error names).
+function follow(job, request, onServerError = serverError) {
   return request
     .on("accepted", (msg) => job.onAccepted(msg))
     .on("progress", (msg) => job.onProgress(msg))
+    .on("line", (msg) => job.onLine?.(msg))
     .on("audio", (header, samples) => job.onAudio(header, samples))
     .on("words", (msg) => job.onWords(msg))
     .on("done", (msg) => {
@@ -193,7 +198,7 @@ function follow(job, request) {
     })
     .on("error", (msg) => {
       if (msg.code !== "connection_lost") {
-        serverError(msg, job);
+        onServerError(msg, job);
         updateJobsUi();
       } else if (job.active) {
         job.onError("The connection was lost before this request finished. Generate it again once reconnected.");
@@ -273,16 +278,22 @@ async function generate() {
     fullText: text,
     meta: [label, languageLabel(), ...changed].join(" · "),
   };
-  const job = new Job(id, state.seq, summary, { cancel: cancelJob, remove: removeJob, announce, queue, downloadMp3, useVoice });
+  const job = new Job(id, state.seq, summary, cardHooks);
   job.request = request;
-  job.synthesis = follow(job, synthesis);
   job.mp3 = !request.reference; // the HTTP endpoint takes library and built-in voices only
-  state.jobs.set(id, job);
+  await launch(job, synthesis);
+}
+
+// A new card in Results following `request` (a synthesis or a dialogue), which is sent once
+// connected.
+async function launch(job, request, onServerError = serverError) {
+  job.synthesis = follow(job, request, onServerError);
+  state.jobs.set(job.id, job);
   job.mount($("job-list"));
   updateJobsUi();
   // One column (phones): bring the new card into view; focus stays where it is.
   if (window.matchMedia("(max-width: 979px)").matches) job.el.scrollIntoView({ block: "nearest", behavior: "smooth" });
-  announce(`Request ${job.seq} started.`);
+  announce(`${job.el.dataset.kind === "dialogue" ? "Dialogue" : "Request"} ${job.seq} started.`);
 
   try {
     await client.connect();
@@ -298,7 +309,7 @@ async function generate() {
   }
   if (!job.active) return; // cancelled while connecting
   try {
-    await synthesis.start();
+    await request.start();
     job.setState("sending");
   } catch {
     job.onError("Could not send the request: the connection closed.");
@@ -355,8 +366,33 @@ function removeJob(job) {
   job.dispose();
   state.jobs.delete(job.id);
   updateJobsUi();
-  (next?.querySelector("button:not([hidden]), a:not([hidden])") || $("generate")).focus();
+  (next?.querySelector("button:not([hidden]), a:not([hidden])") || (tabs.current === "dialogue" ? $("dialogue-play") : $("generate"))).focus();
 }
+
+// What every result card may ask of the page.
+const cardHooks = { cancel: cancelJob, remove: removeJob, announce, queue, downloadMp3, useVoice };
+
+// ---------------------------------------------------------------------------- dialogue
+
+// The Dialogue tab's script, played as one `dialogue` request; its card joins Results.
+const dialogue = new DialoguePanel({
+  limits: () => state.limits,
+  start: (lines, fields, summary) => {
+    audioContext(); // created and resumed inside the click, so playback may start later
+    const id = nextId("dialogue");
+    const request = client.dialogue(lines.map(({ voice, text }) => ({ voice, text })), { ...fields, request_id: id });
+    const job = new DialogueJob(id, state.seq, summary, cardHooks, lines);
+    job.request = request.frame;
+    launch(job, request, (msg, card) => {
+      dialogue.serverError(msg);
+      const text = msg.message || msg.code || "The server reported an error.";
+      card?.onError(`${text}${msg.code ? ` (${msg.code})` : ""}`);
+      announce(`Error: ${text}`);
+    });
+    return job;
+  },
+});
+applyLimits();
 
 $("compose-form").addEventListener("submit", (ev) => {
   ev.preventDefault();
@@ -370,7 +406,7 @@ $("clear-finished").addEventListener("click", () => {
     }
   }
   updateJobsUi();
-  $("generate").focus();
+  (tabs.current === "dialogue" ? $("dialogue-play") : $("generate")).focus();
 });
 
 // ---------------------------------------------------------------------------- live mode
@@ -393,7 +429,7 @@ function liveResult({ chunks, sampleRate, cues, segments, text, label, done }) {
   const title = text.replace(/\s+/g, " ").slice(0, 80) + (text.length > 80 ? "…" : "");
   const summary = { title: `Live · ${title}`, fullText: text,
                     meta: [label, languageLabel(), `${segments} segment${segments === 1 ? "" : "s"}`].join(" · ") };
-  const job = new Job(id, state.seq, summary, { cancel: cancelJob, remove: removeJob, announce, queue, downloadMp3, useVoice });
+  const job = new Job(id, state.seq, summary, cardHooks);
   job.live = true;
   state.jobs.set(id, job);
   job.mount($("job-list"));
@@ -415,10 +451,15 @@ for (const radio of document.querySelectorAll('input[name="compose-mode"]')) {
 
 // ---------------------------------------------------------------------------- start
 
+const tabs = new Tabs(document.querySelector(".tabs"), (name) => {
+  if (name === "dialogue" && !library.loaded && client.ready) library.refresh();
+});
+tabs.fromHash();
 setVoiceMode(voiceMode());
 setComposeMode(composeMode());
 updateJobsUi();
 client.connect().catch(() => {}); // the voice library loads once connected; the status pill shows failures
 
 // For debugging and the browser tests.
-window.chorus = { state, client, connection: client.connection, jobs: state.jobs, limits: state.limits, stats, boot, queue, live, knobs, lexicon };
+window.chorus = { state, client, connection: client.connection, jobs: state.jobs, limits: state.limits, stats, boot, queue, live, knobs, lexicon,
+                  dialogue, tabs };

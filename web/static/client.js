@@ -1,8 +1,9 @@
 // The page's Chorus client, with the Python client's names (`chorus_client`, docs/clients.md):
-// `client.synthesize(text, fields)` and `client.stream(fields)` (`append`, `flush`, `close`,
-// `cancel`), `client.connect()` resolving with the server's `ready`. A request's events are
-// named after the protocol's frames: `accepted`, `progress`, `audio` (header, samples),
-// `words`, `segment`, `done`, `cancelled`, `error`; a connection lost under a request is an
+// `client.synthesize(text, fields)`, `client.stream(fields)` (`append`, `flush`, `close`,
+// `cancel`) and `client.dialogue(lines, fields)`, `client.connect()` resolving with the
+// server's `ready`. A request's events are named after the protocol's frames: `accepted`,
+// `progress`, `audio` (header, samples), `words`, `segment`, `line` (a dialogue's, before each
+// line's audio), `done`, `cancelled`, `error`; a connection lost under a request is an
 // `error` whose code is `connection_lost`, as the Python client's `ConnectionLostError`.
 // Unlike the Python client, audio already on the wire after `cancel()` is still handed over:
 // the page shows how much a cancelled request made.
@@ -83,6 +84,10 @@ class Request {
 // One `synthesize` request.
 export class Synthesis extends Request {}
 
+// A script of several speakers (`dialogue`): a `line` event before each line's audio, whose
+// frames carry `line` (-1: the pause after a line) and `offset_samples`; then `done`.
+export class Dialogue extends Request {}
+
 // Text streamed in (`stream_open`): `append()` text as it is written, `flush()` to speak what
 // is buffered now, `close()` when no more text comes, `cancel()` to stop. Each throws a
 // `ChorusError` (`connection_lost`) when the socket is gone; after the stream ended they do
@@ -161,6 +166,12 @@ export class ChorusClient {
   // A text stream; `fields` as `synthesize`'s, `text` the text it opens with.
   stream({ request_id, ...fields } = {}) {
     return new TextStream(this, { type: "stream_open", id: request_id ?? `s${++this.seq}`, ...fields });
+  }
+
+  // A dialogue: `lines` of `{voice, text, instruct?, options?}`; `fields` the dialogue's
+  // (`pause_ms`, `language`, `options`, `timestamps`, `progress`, `encoding`), `request_id` its id.
+  dialogue(lines, { request_id, ...fields } = {}) {
+    return new Dialogue(this, { type: "dialogue", id: request_id ?? `d${++this.seq}`, lines, ...fields });
   }
 
   send(frame) {

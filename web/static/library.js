@@ -32,6 +32,7 @@ export class VoiceLibrary {
     this.clipUrl = null;
     this.once = null; // {reference: {audio, text}, label}: the clip chosen for one-shot use
     this.recorder = null;
+    this.onVoices = null; // (voices) => void: after each load of the list
     this.clipHint = $("clip-status").textContent;
     this.wire();
   }
@@ -78,6 +79,7 @@ export class VoiceLibrary {
       this.failed = false;
       $("voices-load-error").hidden = true;
       this.render(voices, selectId);
+      this.onVoices?.(voices); // the other voice pickers (the dialogue's lines)
     } catch (err) {
       this.failed = true;
       const e = $("voices-load-error");
