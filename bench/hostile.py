@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shlex
+import sys
 import tempfile
 import threading
 import time
@@ -134,8 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint", required=True, help="a checkpoint folder (`chorus make-checkpoint`)")
     parser.add_argument("--out", default=None, help="write the JSON report here")
     parser.add_argument("--attacks", default=",".join(ATTACKS), help="which, comma-separated")
+    argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
-    report: dict = {"meta": {"command": "python -m bench.hostile " + " ".join(argv or []), "commit": git_commit()},
+    report: dict = {"meta": {"command": shlex.join(["python", "-m", "bench.hostile", *argv]), "commit": git_commit()},
                     "attacks": {}}
     with tempfile.TemporaryDirectory(prefix="chorus-hostile-") as work:
         server = ServerProcess(["--model", args.checkpoint, "--voices-dir", str(Path(work) / "voices")],

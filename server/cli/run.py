@@ -65,8 +65,12 @@ def net_limits(cfg: ServerConfig) -> NetLimits:
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
+    """The listening socket, made as TCP by name: asyncio turns Nagle's algorithm off
+    (`TCP_NODELAY`) only on sockets whose protocol says TCP, and an accepted socket takes its
+    listener's. With Nagle on, a response's body waits behind its headers for the peer's
+    delayed acknowledgement on every keep-alive request after the first."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))

@@ -9,6 +9,7 @@
   connect), its body within `--body-timeout` of its headers; else `408` and close. This ends
   bare idle sockets, partial request lines and 1-byte/s headers or bodies.
 - Writes the peer never takes end the connection after `--send-timeout` (`transport.py`).
+- Every connection sends at once (`TCP_NODELAY`), whatever socket it was accepted on.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from server.net.accept_log import Throttled
 from server.net.limits import NetLimits, per_client_cap
 from server.net.peers import HEALTH_LINE, MAX_REQUEST_LINE, Admission, PeerSlots, peer_of
-from server.net.transport import BoundedCloseTransport, WatchedWrites
+from server.net.transport import BoundedCloseTransport, WatchedWrites, no_delay
 
 
 def raw_error(status: int, reason: str, code: str, message: str, retry_after: bool = False) -> bytes:
@@ -53,6 +54,7 @@ class GuardedH11Protocol(WatchedWrites, H11Protocol):
     _body_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        no_delay(transport)
         transport = BoundedCloseTransport(transport, self.limits.send_timeout, "connection")  # type: ignore[assignment]
         self.peer = peer_of(transport)
         self.admission = self.slots.admit(self.peer)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 
 log = logging.getLogger("chorus.net")
 
@@ -96,3 +97,12 @@ class WatchedWrites:
     def resume_writing(self) -> None:
         super().resume_writing()  # type: ignore[misc]
         self.transport.watch_writes(False)  # type: ignore[attr-defined]
+
+
+def no_delay(transport: asyncio.BaseTransport) -> None:
+    """Turn Nagle's algorithm off on a TCP connection: a response's (or a frame's) later writes
+    go out at once instead of waiting for the peer to acknowledge the first, which a peer
+    delaying its acknowledgements holds back for tens of milliseconds."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6) and sock.type == socket.SOCK_STREAM:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
