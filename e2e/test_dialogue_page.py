@@ -72,6 +72,14 @@ def test_two_line_dialogue_plays_marks_lines_and_downloads_a_wav(page: Page, cho
         texts.nth(k).fill(text)
     page.fill("#dialogue-steps", "4")
     page.fill("#dialogue-pause", "250")
+    # which line is heard, each change in order (watched from before the card exists)
+    page.evaluate("""() => {
+      window.__speaking = [];
+      new MutationObserver((records) => {
+        for (const r of records) window.__speaking.push(r.target.dataset.speaking);
+      }).observe(document.getElementById("job-list"),
+                 {subtree: true, attributes: true, attributeFilter: ["data-speaking"]});
+    }""")
     cards = page.locator("li.job")
     before = cards.count()
     page.click("#dialogue-play")
@@ -79,12 +87,6 @@ def test_two_line_dialogue_plays_marks_lines_and_downloads_a_wav(page: Page, cho
     job_id = cards.first.get_attribute("data-job-id")
     card = page.locator(f'li.job[data-job-id="{job_id}"]')
     expect(card).to_have_attribute("data-kind", "dialogue")
-    # which line is heard, each change in order
-    card.evaluate("""(card) => {
-      window.__speaking = [];
-      new MutationObserver(() => window.__speaking.push(card.dataset.speaking))
-        .observe(card, {attributes: true, attributeFilter: ["data-speaking"]});
-    }""")
     expect(card.locator(".script-line")).to_have_count(2)
     expect(card.locator(".script-voice")).to_have_text(["Alloy", "Echo"])
 

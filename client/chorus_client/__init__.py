@@ -1,5 +1,5 @@
-"""Python client for the Chorus text-to-speech server: `ChorusClient` (WebSocket streaming
-and the voice library), typed events and errors. Framework plugins live in
+"""Python client for the Chorus text-to-speech server: `ChorusClient` (WebSocket streaming,
+dialogues, the voice library and long-form jobs), typed events and errors. Framework plugins live in
 `chorus_client.pipecat` and `chorus_client.livekit` (extras `pipecat`, `livekit`)."""
 
 from .client import ChorusClient, split_url
@@ -25,6 +25,7 @@ from .errors import (
     VoiceNotFoundError,
 )
 from .events import Accepted, AudioChunk, Cancelled, Done, Event, Line, Progress, Ready, Segment, Words, WordTiming
+from .jobs import ItemNotReadyError, Job, JobArchive, JobAudio, JobFailedError, JobItem, JobNotFoundError, JobsAPI
 from .requests import Dialogue, Result, Synthesis, TextStream
 from .retry import BusyRetry
 from .voices import Voice
@@ -35,7 +36,8 @@ __version__ = "0.1.0"
 __all__ = [
     "Accepted", "AudioChunk", "BadMessageError", "BadResponseError", "BufferFullError", "BusyError", "BusyRetry",
     "Cancelled", "ChorusClient", "ChorusError", "ConflictError", "ConnectionLostError", "Dialogue", "DialogueLine",
-    "Done", "DuplicateIdError", "Event", "HandshakeError", "InternalError", "InvalidRequestError", "Line", "Progress",
+    "Done", "DuplicateIdError", "Event", "HandshakeError", "InternalError", "InvalidRequestError", "ItemNotReadyError",
+    "Job", "JobArchive", "JobAudio", "JobFailedError", "JobItem", "JobNotFoundError", "JobsAPI", "Line", "Progress",
     "ProtocolError", "Ready",
     "Reference", "RequestTimeoutError", "Result", "Segment", "StreamIdleError", "StreamTooLongError", "Synthesis",
     "SynthesisOptions", "TextStream", "TextTooLongError", "TooManyRequestsError", "UnauthorizedError", "Voice",

@@ -1,5 +1,5 @@
-"""`ChorusClient`: one object for the WebSocket (synthesize, text streams, dialogues, ping)
-and the HTTP voice library of one Chorus server.
+"""`ChorusClient`: one object for the WebSocket (synthesize, text streams, dialogues, ping),
+the HTTP voice library and the long-form jobs (`client.jobs`) of one Chorus server.
 
 The WebSocket opens on first use and is shared by every request and stream (the HTTP client
 is made on the first voice-library call); if it closes, the requests in flight fail with
@@ -33,6 +33,7 @@ from websockets.exceptions import InvalidHandshake, InvalidStatus
 from .connection import Bounds, Connection
 from .errors import ChorusError, ConnectionLostError, ProtocolError, UnauthorizedError
 from .events import Ready
+from .jobs import JobsAPI
 from .requests import Dialogue, Synthesis, TextStream
 from .retry import DEFAULT_BUSY_RETRY, BusyRetry
 from .voices import Voice, VoicesAPI
@@ -63,7 +64,7 @@ class ChorusClient:
         and get `ready`; `request_idle_timeout`: seconds a request may go without a frame of
         its own while its caller waits (None: no limit); `max_frame_bytes`: the largest frame
         taken from the server; `max_buffered_bytes`: a request's unread events held at most;
-        `http_timeout`: each voice-library call; `busy_retry`: how a request refused `busy`
+        `http_timeout`: each voice-library and jobs call; `busy_retry`: how a request refused `busy`
         with `retry_after_ms` is tried again (None: `BusyError` at once)."""
         self.http_url, self.ws_url = split_url(url)
         self.api_key = api_key if api_key is not None else os.environ.get("CHORUS_API_KEY")
@@ -78,6 +79,7 @@ class ChorusClient:
         self._http_timeout = http_timeout
         self._http: httpx.AsyncClient | None = None
         self.voices = VoicesAPI(self._http_client)
+        self.jobs = JobsAPI(self._http_client)  # long-form work: submit, watch, wait, item, archive, cancel
         self._conn: Connection | None = None
         self._connect_lock = asyncio.Lock()
         self._ids = itertools.count(1)

@@ -5,6 +5,7 @@
 
 import { audioContext, stats } from "./audio.js";
 import { ChorusClient } from "./client.js";
+import { JobsPanel } from "./batch.js";
 import { composeInstruct, fillDesignSelects } from "./design.js";
 import { DialogueJob, DialoguePanel } from "./dialogue.js";
 import { $, announce } from "./dom.js";
@@ -49,7 +50,10 @@ knobs.changed();
 const api = new VoicesApi(() => key.headers());
 const lexicon = new LexiconPanel(() => key.headers(), () => api.list());
 const library = new VoiceLibrary(api, () => errors.clear("voice"), Boolean(boot.asr));
-library.onVoices = (voices) => dialogue.setVoices(voices); // every voice picker shows the same list
+library.onVoices = (voices) => { // every voice picker shows the same list
+  dialogue.setVoices(voices);
+  batch.setVoices(voices);
+};
 const queue = new PlaybackQueue();
 $("play-one-at-a-time").addEventListener("change", (ev) => {
   queue.oneAtATime = ev.target.checked;
@@ -394,6 +398,11 @@ const dialogue = new DialoguePanel({
 });
 applyLimits();
 
+// ---------------------------------------------------------------------------- jobs
+
+// The Jobs tab: long-form work submitted over HTTP (`/v1/jobs`), followed by polling.
+const batch = new JobsPanel({ headers: () => key.headers(), limits: () => state.limits });
+
 $("compose-form").addEventListener("submit", (ev) => {
   ev.preventDefault();
   if (composeMode() === "text") generate();
@@ -452,7 +461,7 @@ for (const radio of document.querySelectorAll('input[name="compose-mode"]')) {
 // ---------------------------------------------------------------------------- start
 
 const tabs = new Tabs(document.querySelector(".tabs"), (name) => {
-  if (name === "dialogue" && !library.loaded && client.ready) library.refresh();
+  if (name !== "speak" && !library.loaded && client.ready) library.refresh();
 });
 tabs.fromHash();
 setVoiceMode(voiceMode());
@@ -462,4 +471,4 @@ client.connect().catch(() => {}); // the voice library loads once connected; the
 
 // For debugging and the browser tests.
 window.chorus = { state, client, connection: client.connection, jobs: state.jobs, limits: state.limits, stats, boot, queue, live, knobs, lexicon,
-                  dialogue, tabs };
+                  dialogue, batch, tabs };

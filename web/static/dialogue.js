@@ -6,6 +6,7 @@
 
 import { $, announce, el } from "./dom.js";
 import { Job } from "./jobs.js";
+import { fillVoicePicker } from "./library.js";
 import { charCount } from "./protocol.js";
 
 const DEFAULT_MAX_LINES = 100; // the server's --max-dialogue-lines default, when it does not say
@@ -176,8 +177,8 @@ export class DialoguePanel {
 
   // The voice list changed (the library loaded, a voice was added or deleted).
   setVoices(voices) {
-    this.voices = voices.map((v) => ({ id: v.id, name: v.name || v.id, builtin: Boolean(v.builtin) }));
-    for (const li of this.lines) this.fillVoices(li.querySelector("select"));
+    this.voices = voices;
+    for (const li of this.lines) fillVoicePicker(li.querySelector("select"), voices);
   }
 
   // A new line speaks in the voice of the line two above it (two speakers take turns).
@@ -223,7 +224,7 @@ export class DialoguePanel {
       el("label", { className: "visually-hidden dialogue-text-label", for: textarea.id }),
       textarea,
       el("p", { className: "field-error", id: `dialogue-line-error-${uid}`, hidden: true }));
-    this.fillVoices(select);
+    fillVoicePicker(select, this.voices);
     this.list.append(li);
     this.update();
     if (focus) textarea.focus();
@@ -236,19 +237,6 @@ export class DialoguePanel {
     this.update();
     next?.querySelector("textarea")?.focus();
     announce("Line removed.");
-  }
-
-  fillVoices(select) {
-    const want = select.dataset.want ?? "";
-    const builtins = this.voices.filter((v) => v.builtin);
-    const mine = this.voices.filter((v) => !v.builtin);
-    const option = (v) => el("option", { value: v.id, text: v.name });
-    const groups = [el("option", { value: "", text: "Automatic voice" })];
-    if (builtins.length) groups.push(el("optgroup", { label: "Built-in" }, ...builtins.map(option)));
-    if (mine.length) groups.push(el("optgroup", { label: "Yours" }, ...mine.map(option)));
-    select.replaceChildren(...groups);
-    // The voice asked for, once the list has it (until then: Automatic, and still wanted).
-    select.value = this.voices.some((v) => v.id === want) ? want : "";
   }
 
   // Numbers, labels, the remove buttons and the character count, after any change.

@@ -18,6 +18,21 @@ function blobToBase64(blob) {
   });
 }
 
+// A <select> of voices for the other tabs (a dialogue's lines, a job): "Automatic voice", then
+// the built-in voices and yours, as `GET /v1/voices` lists them. The voice the select's
+// `data-want` names is picked once the list has it (until then: Automatic, and still wanted).
+export function fillVoicePicker(select, voices) {
+  const want = select.dataset.want ?? "";
+  const option = (v) => el("option", { value: v.id, text: v.name || v.id });
+  const builtins = voices.filter((v) => v.builtin);
+  const mine = voices.filter((v) => !v.builtin);
+  const groups = [el("option", { value: "", text: "Automatic voice" })];
+  if (builtins.length) groups.push(el("optgroup", { label: "Built-in" }, ...builtins.map(option)));
+  if (mine.length) groups.push(el("optgroup", { label: "Yours" }, ...mine.map(option)));
+  select.replaceChildren(...groups);
+  select.value = voices.some((v) => v.id === want) ? want : "";
+}
+
 export class VoiceLibrary {
   // api: VoicesApi; onPicked(): a voice was picked (clears the voice error)
   // transcribes: the server has a speech recogniser (`--asr-model`), so a clip may come
