@@ -107,6 +107,7 @@ function setVoiceMode(mode) {
 
 // A kept voice (a result's `voice_id`): picked in Voices, for the next requests.
 async function useVoice(voiceId) {
+  api.remember(voiceId); // without API keys the library lists kept voices to nobody
   setVoiceMode("library");
   await library.refresh(voiceId);
   $(`voice-opt-${voiceId}`)?.focus();

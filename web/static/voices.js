@@ -32,18 +32,58 @@ export async function apiError(res) {
   return new ApiError(res.status, code, message, field);
 }
 
+const KEPT_STORE = "chorus.keptVoices";
+const MAX_KEPT_REMEMBERED = 50;
+
 export class VoicesApi {
   // headers(): extra request headers (the API key as a Bearer token, when there is one)
   constructor(headers) {
     this.headers = headers;
   }
 
+  // The library as `GET /v1/voices` lists it, and the voices this browser kept (`keep_voice`):
+  // a server without API keys lists kept voices to nobody (their ids are their owners' only
+  // key), so the page remembers the ids it was given and asks for each; one gone (expired,
+  // deleted) is forgotten.
   async list() {
     const res = await fetch("/v1/voices", { headers: this.headers(), cache: "no-store" });
     if (!res.ok) throw await apiError(res);
     const body = await res.json();
     const voices = Array.isArray(body) ? body : body.voices || body.data || [];
+    const listed = new Set(voices.map((v) => v.id));
+    for (const id of this.keptIds()) {
+      if (listed.has(id)) continue;
+      const one = await fetch(`/v1/voices/${encodeURIComponent(id)}`, { headers: this.headers(), cache: "no-store" });
+      if (one.ok) voices.push(await one.json());
+      else if (one.status === 404) this.forget(id);
+    }
     return voices.slice().sort((a, b) => String(a.created_at || "").localeCompare(String(b.created_at || "")));
+  }
+
+  keptIds() {
+    try {
+      const ids = JSON.parse(localStorage.getItem(KEPT_STORE) || "[]");
+      return Array.isArray(ids) ? ids.filter((id) => typeof id === "string") : [];
+    } catch {
+      return [];
+    }
+  }
+
+  // A voice this browser kept: listed from now on, until it is gone.
+  remember(id) {
+    this.storeKept([...this.keptIds().filter((k) => k !== id), id].slice(-MAX_KEPT_REMEMBERED));
+  }
+
+  forget(id) {
+    this.storeKept(this.keptIds().filter((k) => k !== id));
+  }
+
+  storeKept(ids) {
+    try {
+      localStorage.setItem(KEPT_STORE, JSON.stringify(ids));
+    } catch {
+      /* storage unavailable: this page's kept voices are not remembered */
+    }
   }
 
   // `/v1/audio/speech` with a JSON body (text); resolves with the audio as a Blob.
@@ -70,6 +110,7 @@ export class VoicesApi {
   async remove(id) {
     const res = await fetch(`/v1/voices/${encodeURIComponent(id)}`, { method: "DELETE", headers: this.headers() });
     if (!res.ok && res.status !== 404) throw await apiError(res);
+    this.forget(id);
   }
 }
 
