@@ -65,7 +65,8 @@ class ServerConfig:
     max_queue: int = 256  # accepted requests not yet ended, server-wide; beyond: busy / 503
     max_text_chars: int = 5000
     max_spoken_chars: int | None = None  # after the lexicon and normalisation; None: 4 x max_text_chars
-    max_dialogue_lines: int = 100  # lines of one dialogue (their text together: max_text_chars)
+    max_dialogue_lines: int = 100  # lines of one dialogue
+    max_dialogue_chars: int = 20_000  # one dialogue's text, all its lines together
     max_instructions_chars: int = 4096  # `instructions` of /v1/audio/speech (free text, mapped to items)
     max_inflight_per_connection: int = 16
     max_frame_bytes: int = 16 * 1024 * 1024  # one WebSocket frame; over it: close 1009

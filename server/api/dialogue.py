@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import itertools
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -35,6 +36,8 @@ from server.turns.service import SynthesisService
 from server.voices.store import Owner
 from server.wire import messages as p
 from server.wire.dialogue_body import DialogueBody, parse_dialogue_body
+
+log = logging.getLogger("chorus.dialogue")
 
 ENDPOINT = "dialogue"
 _request_ids = itertools.count(1)
@@ -94,7 +97,7 @@ async def relay_dialogue(dialogue: Dialogue, client_id: str, encoding: str, out_
                     send(clock.shifted(event.event.frame, event.line))
                 elif isinstance(event, LineEvent) and isinstance(event.event, TurnProgress):
                     e = event.event
-                    send(p.ProgressMsg(client_id, e.chunk, e.step, e.num_steps, e.fraction))
+                    send(p.DialogueProgressMsg(client_id, e.chunk, e.step, e.num_steps, e.fraction, line=event.line))
             elif isinstance(event, TurnEnd):
                 if event.outcome == "done" and encoder is not None:  # the codec's tail, the last frame
                     out = await encode(encoder, np.zeros(0, dtype=np.float32), True)
@@ -104,6 +107,10 @@ async def relay_dialogue(dialogue: Dialogue, client_id: str, encoding: str, out_
                     send_bytes(p.audio_frame(header, out.data), out.samples / encoder.out_rate)
                     frames += 1
                 end(_end_frame(client_id, event, frames, stopping))
+    except Exception:  # a bug in relaying fails this dialogue only, and it still ends once
+        log.exception("relaying a dialogue failed", extra={"request_id": dialogue.request.request_id})
+        dialogue.cancel()
+        end(p.ErrorMsg(client_id, "internal", "the server failed on this dialogue"))
     finally:
         if encoder is not None:
             encoder.close()
@@ -148,7 +155,7 @@ async def dialogue(request: Request, service: SynthesisService, config: ServerCo
     body's knobs at the top level. Every line is synthesised at once and heard in order."""
     received_at = time.perf_counter()
     body = await read_body(request, service, ENDPOINT, lambda data: parse_dialogue_body(
-        data, config.max_text_chars, config.max_dialogue_lines))
+        data, config.max_text_chars, p.DialogueLimits(config.max_dialogue_lines, config.max_dialogue_chars)))
     sse = body.stream_format == "sse"
     request_id = f"d{next(_request_ids)}"
     work = dialogue_of(service, DialogueRequest(

@@ -60,6 +60,7 @@ class Connection:
         self.service = service
         self.cfg = cfg
         self.prefix = f"c{next(_connection_ids)}"
+        self.dialogue_limits = p.DialogueLimits(cfg.max_dialogue_lines, cfg.max_dialogue_chars)
         self.requests: dict[str, _Request] = {}
         self.outbox = Outbox(socket, cfg.max_outbox_bytes, cfg.send_timeout, self._give_up)
         self.open = True
@@ -88,7 +89,9 @@ class Connection:
             model=self.service.model_name,
             sample_rate=self.service.sample_rate,
             limits=p.Limits(self.cfg.max_text_chars, self.cfg.max_inflight_per_connection,
-                            max_audio_seconds=self.cfg.engine.max_audio_seconds),
+                            max_audio_seconds=self.cfg.engine.max_audio_seconds,
+                            max_dialogue_lines=self.cfg.max_dialogue_lines,
+                            max_dialogue_chars=self.cfg.max_dialogue_chars),
         ))
         writer = asyncio.create_task(self.outbox.run())
         watchdog = asyncio.create_task(self._watch_idle()) if self.cfg.idle_timeout > 0 else None
@@ -165,7 +168,7 @@ class Connection:
 
     def _handle(self, text: str) -> None:
         try:
-            message = p.parse_client_message(text, self.cfg.max_text_chars, self.cfg.max_dialogue_lines)
+            message = p.parse_client_message(text, self.cfg.max_text_chars, self.dialogue_limits)
         except p.ProtocolError as exc:
             self._refuse(exc.request_id, exc.code, exc.message, exc.field)
             return

@@ -128,11 +128,24 @@ class Dialogue:
         await self._release(voices, unnamed[0] if unnamed else None)
 
     async def _voices(self) -> dict[str, VoicePrompt | None]:
-        """Each distinct named voice, resolved once."""
+        """Each distinct named voice, resolved once; one that fails names the first line that
+        asked for it (`line K: ...`, field `lines[K].voice`)."""
         r = self.request
-        names = list(dict.fromkeys(line.voice for line in r.lines if line.voice is not None))
-        prompts = await asyncio.gather(*(self.service.voices.resolve(name, None, None, r.owner) for name in names))
-        return dict(zip(names, prompts, strict=True))
+        first_line = {}
+        for k, line in enumerate(r.lines):
+            if line.voice is not None:
+                first_line.setdefault(line.voice, k)
+        names = list(first_line)
+        results = await asyncio.gather(*(self.service.voices.resolve(name, None, None, r.owner) for name in names),
+                                       return_exceptions=True)
+        for name, result in zip(names, results, strict=True):
+            if isinstance(result, ServiceError):
+                k = first_line[name]
+                raise ServiceError(result.code, f"line {k}: {result.message}", field=f"{r.text_field}[{k}].voice",
+                                   retry_after_ms=result.retry_after_ms)
+            if isinstance(result, BaseException):
+                raise result
+        return dict(zip(names, results, strict=True))  # type: ignore[arg-type]
 
     async def _release(self, voices: dict[str, VoicePrompt | None], first_unnamed: int | None) -> None:
         """Release the lines in order, each due when the lines before it (as planned) and their

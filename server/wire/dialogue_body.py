@@ -10,6 +10,7 @@ from msgspec import Meta
 from server import options as table
 from server.wire.messages import (
     MAX_PAUSE_MS,
+    DialogueLimits,
     DialogueLine,
     Options,
     check_dialogue,
@@ -37,11 +38,11 @@ _RULES = {"response_format": "must be mp3, opus, aac, flac, wav or pcm", "stream
           "pause_ms": f"must be an integer 0..{MAX_PAUSE_MS}", "timestamps": "must be word, char or null"}
 
 
-def parse_dialogue_body(body: bytes, max_text_chars: int | None, max_lines: int) -> DialogueBody:
+def parse_dialogue_body(body: bytes, max_text_chars: int | None, limits: DialogueLimits) -> DialogueBody:
     """The JSON body of `/v1/audio/dialogue` -> a typed request; `ProtocolError` otherwise."""
     req = decode_body(body, DialogueBody, _RULES)
     if req.normalize_text is None:
         req.normalize_text = True
     check_options(req, prefix="")
-    check_dialogue(req.lines, req, max_text_chars, max_lines)
+    check_dialogue(req.lines, req, max_text_chars, limits)
     return req

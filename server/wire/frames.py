@@ -25,6 +25,8 @@ class Limits(Struct):
     max_inflight: int
     max_num_step: int = MAX_NUM_STEP
     max_audio_seconds: float | None = None  # --max-audio-seconds; null when unlimited
+    max_dialogue_lines: int | None = None  # --max-dialogue-lines
+    max_dialogue_chars: int | None = None  # --max-dialogue-chars
 
 
 class Ready(Struct, tag="ready", tag_field="type"):
@@ -99,6 +101,12 @@ class LineMsg(Struct, tag="line", tag_field="type"):
     voice: str | None
     text: str
     offset_samples: int
+
+
+class DialogueProgressMsg(ProgressMsg, tag="progress", tag_field="type"):
+    """Progress of one dialogue line (`chunk`, `fraction`: within that line)."""
+
+    line: int
 
 
 class DialogueAudioHeader(AudioHeader, tag="audio", tag_field="type", kw_only=True):

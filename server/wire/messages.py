@@ -27,6 +27,7 @@ from server.wire.frames import (  # noqa: F401 - the server's frames, re-exporte
     AudioHeader,
     Cancelled,
     DialogueAudioHeader,
+    DialogueProgressMsg,
     Done,
     ErrorMsg,
     Limits,
@@ -255,17 +256,32 @@ def line_options(knobs: Any, line: DialogueLine) -> Any:
                              else getattr(knobs, name)) for name in table.NAMES})
 
 
-def check_dialogue(lines: list[DialogueLine], knobs: Any, max_text_chars: int | None, max_lines: int,
+class DialogueLimits(Struct, frozen=True):
+    """A script's size: its lines (`--max-dialogue-lines`) and their text together
+    (`--max-dialogue-chars`); each line is also held to `--max-text-chars`."""
+
+    max_lines: int = 100
+    max_chars: int = 20_000
+
+
+DEFAULT_DIALOGUE_LIMITS = DialogueLimits()
+
+
+def check_dialogue(lines: list[DialogueLine], knobs: Any, max_text_chars: int | None, limits: DialogueLimits,
                    request_id: str | None = None) -> None:
-    """A script's rules: 1..`max_lines` lines, each with visible text, all of them together
-    within `--max-text-chars`, every line's knobs in range."""
-    if not 1 <= len(lines) <= max_lines:
-        raise ProtocolError("invalid_request", f"lines: must be 1..{max_lines} lines (--max-dialogue-lines)",
+    """A script's rules: 1..`max_lines` lines, each with visible text within `--max-text-chars`,
+    all of them together within `--max-dialogue-chars`, every line's knobs in range."""
+    if not 1 <= len(lines) <= limits.max_lines:
+        raise ProtocolError("invalid_request", f"lines: must be 1..{limits.max_lines} lines (--max-dialogue-lines)",
                             request_id, field="lines")
+    for k, line in enumerate(lines):
+        if max_text_chars is not None and len(line.text) > max_text_chars:
+            raise ProtocolError("text_too_long", f"lines[{k}].text: {len(line.text)} characters, over the limit "
+                                f"of {max_text_chars}", request_id, field=f"lines[{k}].text")
     total = sum(len(line.text) for line in lines)
-    if max_text_chars is not None and total > max_text_chars:
+    if total > limits.max_chars:
         raise ProtocolError("text_too_long", f"lines: {total} characters together, over the limit of "
-                            f"{max_text_chars}", request_id, field="lines")
+                            f"{limits.max_chars} (--max-dialogue-chars)", request_id, field="lines")
     for k, line in enumerate(lines):
         if not has_visible_text(line.text):
             raise ProtocolError("invalid_request", f"lines[{k}].text: must not be empty", request_id,
@@ -297,7 +313,7 @@ def check_text_size(msg: ClientMessage, max_text_chars: int | None) -> None:
 
 
 def parse_client_message(data: str | bytes, max_text_chars: int | None = None,
-                         max_dialogue_lines: int = 100) -> ClientMessage:
+                         dialogue_limits: DialogueLimits = DEFAULT_DIALOGUE_LIMITS) -> ClientMessage:
     """One client text frame -> a typed message; raises `ProtocolError` naming the problem
     (sizes first: `max_text_chars` is `--max-text-chars`; the content after)."""
     raw = decode_json(data)
@@ -324,7 +340,7 @@ def parse_client_message(data: str | bytes, max_text_chars: int | None = None,
     elif isinstance(message, StreamOpen):
         check_voice_fields(message)
     elif isinstance(message, Dialogue):
-        check_dialogue(message.lines, message.options, max_text_chars, max_dialogue_lines, message.id)
+        check_dialogue(message.lines, message.options, max_text_chars, dialogue_limits, message.id)
         check_sample_rate(message.encoding, message.sample_rate, message.id)
         check_options(message.options, request_id=message.id)
     return message

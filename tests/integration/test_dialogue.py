@@ -23,7 +23,8 @@ SCRIPT = [{"voice": "alloy", "text": "Welcome to the show."}, {"voice": "echo", 
 
 @pytest.fixture(scope="module")
 def server(start_inproc, tmp_path_factory):
-    s = start_inproc(tmp_path_factory.mktemp("dialogue"), "--max-dialogue-lines", "4")
+    s = start_inproc(tmp_path_factory.mktemp("dialogue"), "--max-dialogue-lines", "4", "--max-text-chars", "2000",
+                     "--max-dialogue-chars", "4000")
     yield s
     s.stop()
 
@@ -91,8 +92,11 @@ def test_over_http_as_one_file_and_as_events(server):
     ({"lines": []}, 422, "invalid_request", "lines"),
     ({"lines": [{"text": "One."}, {"text": "  "}]}, 422, "invalid_request", "lines[1].text"),
     ({"lines": [{"text": "x"}] * 5}, 422, "invalid_request", "lines"),
-    ({"lines": [{"text": "a" * 3000}, {"text": "b" * 3000}]}, 413, "text_too_long", "lines"),
-    ({"lines": [{"text": "Hi.", "voice": "aloy"}]}, 404, "voice_not_found", "voice"),
+    ({"lines": [{"text": "a " * 1000}, {"text": "b " * 1000}, {"text": "c."}]}, 413, "text_too_long", "lines"),
+    ({"lines": [{"text": "Hi."}, {"text": "a" * 2001}]}, 413, "text_too_long", "lines[1].text"),
+    ({"lines": [{"text": "Hi.", "voice": "aloy"}]}, 404, "voice_not_found", "lines[0].voice"),
+    ({"lines": [{"text": "Hi.", "voice": "alloy"}, {"text": "Yo.", "voice": "ech"}]}, 404, "voice_not_found",
+     "lines[1].voice"),
     ({"lines": [{"text": "Hi.", "options": {"num_step": 0}}]}, 422, "invalid_request", "lines[0].options.num_step"),
     ({"lines": [{"text": "Hi.", "speaker": "x"}]}, 422, "invalid_request", "lines[0].speaker"),
 ])
@@ -103,7 +107,40 @@ def test_bad_scripts_get_clear_errors_on_both_doors(server, body, status, code, 
     out = asyncio.run(_dialogue(server.ws_url, **body, options=FAST))
     assert (out.end["type"], out.end["code"], out.end.get("field")) == ("error", code, field), out.end
     if code == "voice_not_found":
-        assert "did you mean 'alloy'?" in out.end["message"]
+        assert out.end["message"].startswith(f"line {field[6]}: ") and "did you mean" in out.end["message"]
+
+
+def test_a_script_longer_than_one_request_may_be_is_taken(server):
+    """Each line within --max-text-chars, the script within --max-dialogue-chars, not the one cap."""
+    async def go() -> dict:
+        session = await Session.open(server.ws_url)
+        try:
+            assert session.ready["limits"]["max_dialogue_chars"] == 4000
+            assert session.ready["limits"]["max_dialogue_lines"] == 4
+            session.outcomes["long"] = Outcome("long")
+            await session.send({"type": "dialogue", "id": "long", "lines": [{"text": "Some words. " * 150}] * 2,
+                                "options": FAST})
+            line = await session.wait_for("long", "line")
+            await session.send({"type": "cancel", "id": "long"})
+            await asyncio.wait_for(session.collect(["long"]), 120)
+            return line
+        finally:
+            await session.close()
+
+    assert asyncio.run(go())["line"] == 0
+
+
+def test_progress_says_which_line_it_is_of(server):
+    out = asyncio.run(_dialogue(server.ws_url, lines=SCRIPT[:2], options=FAST, progress=True))
+    assert out.end["type"] == "done", out.end
+    progress = out.of("progress")
+    assert progress and {f["line"] for f in progress} == {0, 1}
+    current = None
+    for frame in out.frames:  # each progress frame is of the line whose `line` frame came last
+        if isinstance(frame, dict) and frame["type"] == "line":
+            current = frame["line"]
+        elif isinstance(frame, dict) and frame["type"] == "progress":
+            assert frame["line"] == current, frame
 
 
 def test_a_cancelled_dialogue_ends_once_and_stops_every_line(server):
