@@ -175,6 +175,11 @@ export class DialoguePanel {
     return this.hooks.limits().max_dialogue_lines || DEFAULT_MAX_LINES;
   }
 
+  // The script's text together (--max-dialogue-chars; each line is held to --max-text-chars).
+  maxChars() {
+    return this.hooks.limits().max_dialogue_chars || this.hooks.limits().max_text_chars;
+  }
+
   // The voice list changed (the library loaded, a voice was added or deleted).
   setVoices(voices) {
     this.voices = voices;
@@ -252,7 +257,7 @@ export class DialoguePanel {
     });
     $("dialogue-add").disabled = lines.length >= this.maxLines();
     const n = lines.reduce((sum, li) => sum + charCount(li.querySelector("textarea").value), 0);
-    const max = this.hooks.limits().max_text_chars;
+    const max = this.maxChars();
     const count = $("dialogue-count");
     count.textContent = `${n.toLocaleString()} / ${max.toLocaleString()}`;
     count.classList.toggle("over", n > max);
@@ -337,7 +342,7 @@ export class DialoguePanel {
       firstBad.focus();
       return null;
     }
-    const max = this.hooks.limits().max_text_chars;
+    const max = this.maxChars();
     const n = lines.reduce((sum, l) => sum + charCount(l.text), 0);
     if (n > max) {
       this.showError("dialogue", `The lines have ${n.toLocaleString()} characters together; this server takes at most ${max.toLocaleString()}.`);
