@@ -6,7 +6,9 @@ voice speak in one automatic voice, taken from the first of them (as a text stre
 segments take their first segment's), so those wait for its first tokens. The others go to the
 engine at once, in order, each told when its listener will need it (the lines before it, as
 planned, and their pauses: the deadline scheduler runs later lines beside more urgent work),
-so the lines share steps. The lines share one audio cap. Events come out in script order: a
+so the lines share steps; but the first line runs alone until its first audio (packed beside
+every later line, each of its steps would cost what theirs do, and the script's first sound
+would wait for all of them). The lines share one audio cap. Events come out in script order: a
 line's start, its audio and words, then a pause, then the next line; the first failure ends the
 dialogue (the other lines are cancelled).
 """
@@ -92,6 +94,7 @@ class Dialogue:
         self._failure: asyncio.Future[TurnEnd] = asyncio.get_running_loop().create_future()
         self._task: asyncio.Task | None = None
         self._chain: asyncio.Future[VoicePrompt] | None = None
+        self._first_heard = asyncio.Event()  # line 0's first audio (or its end)
 
     def start(self) -> Dialogue:
         self._task = asyncio.get_running_loop().create_task(self._start())
@@ -124,7 +127,8 @@ class Dialogue:
                 received_at=r.received_at, segment=k, out_rate=r.out_rate, text_field=f"{r.text_field}[{k}].text"),
                 audio_cap=self.audio_cap, on_first_tokens=self._chained if unnamed and k == unnamed[0] else None)
             self.turns.append(turn.prepare())
-            asyncio.get_running_loop().create_task(self._relay(turn, self._lines[k]))
+            asyncio.get_running_loop().create_task(
+                self._relay(turn, self._lines[k], self._first_heard if k == 0 else None))
         await self._release(voices, unnamed[0] if unnamed else None)
 
     async def _voices(self) -> dict[str, VoicePrompt | None]:
@@ -165,15 +169,23 @@ class Dialogue:
             if turn.accepted is None:
                 return  # it ended (refused): the dialogue ends with it
             offset += sum(turn.accepted.target_seconds) + r.pause_ms / 1000.0
+            if k == 0:  # the first line alone until it is heard: the script's first sound as soon as a lone line's
+                await self._first_heard.wait()
 
     def _chained(self, event: ChunkTokens) -> None:
         if self._chain is not None and not self._chain.done():
             self._chain.set_result(chained_voice(event.tokens, event.text, self.service.frame_rate))
 
     @staticmethod
-    async def _relay(turn: Turn, queue: asyncio.Queue[TurnEvent]) -> None:
-        async for event in turn.events():
-            queue.put_nowait(event)
+    async def _relay(turn: Turn, queue: asyncio.Queue[TurnEvent], heard: asyncio.Event | None) -> None:
+        try:
+            async for event in turn.events():
+                queue.put_nowait(event)
+                if heard is not None and isinstance(event, (TurnAudio, TurnEnd)):
+                    heard.set()
+        finally:
+            if heard is not None:
+                heard.set()
 
     def _fail(self, end: TurnEnd) -> None:
         if not self._failure.done():

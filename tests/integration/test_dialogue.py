@@ -75,6 +75,17 @@ def test_three_speakers_in_order_with_their_pauses_sharing_steps(server):
     assert _steps_with_several(server) > shared_before  # its lines were stepped together
 
 
+def test_the_first_line_runs_alone_until_it_is_heard(server):
+    """Line 0 steps alone until its first audio (the script's first sound as soon as a lone
+    line's); the later lines join only then, so a two-line script whose first line is one chunk
+    never shares a step."""
+    asyncio.run(_dialogue(server.ws_url, lines=SCRIPT[:2], options=FAST))  # the built-in voices made once
+    shared_before = _steps_with_several(server)
+    out = asyncio.run(_dialogue(server.ws_url, lines=SCRIPT[:2], options=FAST))
+    assert out.end["type"] == "done", out.end
+    assert _steps_with_several(server) == shared_before
+
+
 def test_over_http_as_one_file_and_as_events(server):
     body = {"lines": SCRIPT, "pause_ms": 200, "response_format": "wav", "normalize_text": False, **FAST}
     whole = httpx.post(server.url + "/v1/audio/dialogue", json=body, timeout=300)
