@@ -122,7 +122,10 @@ async def run_client(index: int, url: str, deadline: float, inflight: int, cance
                 nonlocal recv
                 timeout = max(60.0, deadline + 120 - time.time())
                 if sender is None:
-                    return await asyncio.wait_for(ws.recv(), timeout=timeout)
+                    try:
+                        return await asyncio.wait_for(ws.recv(), timeout=timeout)
+                    except TimeoutError:
+                        raise TimeoutError(f"nothing for {timeout:.0f} s") from None
                 if recv is None:
                     recv = asyncio.create_task(ws.recv())
                 waiting = {recv} if sender.done() else {recv, sender}
@@ -134,7 +137,7 @@ async def run_client(index: int, url: str, deadline: float, inflight: int, cance
                     sender.result()  # a failed send is the connection's failure
                     return None
                 if pending:
-                    raise TimeoutError()
+                    raise TimeoutError(f"nothing for {timeout:.0f} s")
                 return None
 
             if rate_per_s is None:
@@ -210,7 +213,8 @@ async def run_client(index: int, url: str, deadline: float, inflight: int, cance
                 elif kind not in ("pong",):
                     report.violation(f"client {index}: unexpected frame {kind!r}")
     except Exception as exc:  # noqa: BLE001 - a dropped or hung connection is a finding: reported
-        report.connection_errors.append(f"client {index}: {type(exc).__name__}: {exc}"[:200])
+        waiting = f" (waiting on {', '.join(sorted(pending))})" if pending else ""
+        report.connection_errors.append(f"client {index}: {type(exc).__name__}: {exc}{waiting}"[:300])
     finally:
         for task in list(cancels):
             task.cancel()

@@ -80,6 +80,7 @@ class Turn:
         loop = asyncio.get_running_loop()
         self._released = loop.create_future()
         self._task = loop.create_task(self._start())
+        self._task.add_done_callback(self._started)
         return self
 
     def release(self, prompt: VoicePrompt | None = None, due_at: float | None = None) -> None:
@@ -146,6 +147,13 @@ class Turn:
         except Exception:  # a bug here fails this turn only
             log.exception("starting a turn failed", extra={"request_id": r.request_id})
             self._end(TurnEnd("error", "internal", "the server failed to start this request"))
+
+    def _started(self, task: asyncio.Task) -> None:
+        """A task cancelled before its first step never runs `_start`'s handlers (the
+        cancellation is thrown in before its `try`): a cancel that comes in the same turn of
+        the loop as the request still ends it, once."""
+        if task.cancelled():
+            self._end(TurnEnd("cancelled", requested=True))
 
     async def _submit(self, text: str, voice: VoicePrompt | None, due_at: float | None) -> None:
         r = self.request

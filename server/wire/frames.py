@@ -25,8 +25,8 @@ class Limits(Struct):
     max_inflight: int
     max_num_step: int = MAX_NUM_STEP
     max_audio_seconds: float | None = None  # --max-audio-seconds; null when unlimited
-    max_dialogue_lines: int | None = None  # --max-dialogue-lines
-    max_dialogue_chars: int | None = None  # --max-dialogue-chars
+    max_dialogue_lines: int = 100  # --max-dialogue-lines
+    max_dialogue_chars: int = 20_000  # --max-dialogue-chars
 
 
 class Ready(Struct, tag="ready", tag_field="type"):

@@ -8,7 +8,7 @@ import json
 import os
 import struct
 
-from tests.support.chorus_client import Session, check_request, metric_value
+from tests.support.chorus_client import Outcome, Session, check_request, metric_value
 from tests.support.raw_ws import connect_ws, masked_text_frame, read_frame, text_frame_header
 
 # a request that runs for seconds on the tiny model (64 steps over a 20 s canvas), so it is
@@ -27,7 +27,8 @@ def test_ready_and_one_request_of_each_kind(chorus_server):
                            "encodings": ["pcm_s16le", "f32le", "mulaw", "alaw", "opus"],
                            "sample_rates": [8000, 16000, 22050, 24000, 44100, 48000],
                            "limits": {"max_text_chars": 5000, "max_inflight": 16, "max_num_step": 64,
-                                      "max_audio_seconds": 1800.0}}
+                                      "max_audio_seconds": 1800.0, "max_dialogue_lines": 100,
+                                      "max_dialogue_chars": 20000}}
         await s.synthesize("plain", "Hello there. How are you?", options={"num_step": 6})
         await s.synthesize("chunks", "One sentence here. Another one follows. And a third.",
                            encoding="f32le", options={"num_step": 5, "chunk_threshold": 0, "chunk_seconds": 1.0})
@@ -71,6 +72,30 @@ def test_ping_and_cancel(chorus_server):
     assert not first.of("done") and not first.audio
     check_request(second, num_step=4)
     assert pong == {"type": "pong"} and unmatched == []
+
+
+def test_a_cancel_read_with_its_request_still_ends_it_once(chorus_server):
+    """A request and its cancel in one write: the server reads both before the request's turn has
+    taken a step, and the request still ends, once, as cancelled (it once never ended)."""
+    async def go():
+        s = await Session.open(chorus_server.ws_url)
+        try:
+            for k in range(3):
+                rid = f"quick{k}"
+                s.outcomes[rid] = Outcome(rid)
+                s.ws.protocol.send_text(json.dumps({"type": "synthesize", "id": rid, "text": "Hello there.",
+                                                    "options": {"num_step": 4}}).encode())
+                s.ws.protocol.send_text(json.dumps({"type": "cancel", "id": rid}).encode())
+                s.ws.transport.write(b"".join(s.ws.protocol.data_to_send()))  # both frames in one write
+            return await asyncio.wait_for(s.collect(), 60)
+        finally:
+            await s.close()
+
+    out = run(go())
+    for k in range(3):
+        frames = out[f"quick{k}"].frames
+        ends = [f["type"] for f in frames if isinstance(f, dict) and f["type"] in ("done", "cancelled", "error")]
+        assert ends == ["cancelled"], frames
 
 
 def test_disconnect_cancels_the_connections_work(chorus_server):

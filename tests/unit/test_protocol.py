@@ -139,7 +139,8 @@ def test_server_messages_match_the_protocol_text():
                      "encodings": ["pcm_s16le", "f32le", "mulaw", "alaw", "opus"],
                      "sample_rates": [8000, 16000, 22050, 24000, 44100, 48000],
                      "limits": {"max_text_chars": 5000, "max_inflight": 16, "max_num_step": 64,
-                                "max_audio_seconds": 1800.0}}
+                                "max_audio_seconds": 1800.0, "max_dialogue_lines": 100,
+                                "max_dialogue_chars": 20000}}
     done = json.loads(p.encode(p.Done("r1", 2, 3.2, p.Timings(1.0, 80.0, 140.0))))
     assert done == {"type": "done", "id": "r1", "chunks": 2, "audio_seconds": 3.2,
                     "timings": {"queue_ms": 1.0, "first_audio_ms": 80.0, "total_ms": 140.0}}
