@@ -164,7 +164,7 @@ async def dialogue(request: Request, service: SynthesisService, config: ServerCo
         normalize=body.normalize_text, timestamps=body.timestamps, received_at=received_at),
         config.engine.max_audio_seconds)
     events = _Prefetched(work.events())
-    first = await first_audio_or_refusal(request, work, _first(events))
+    first = await first_audio_or_refusal(request, work, _first(work, events))
     if isinstance(first, Response):
         return first
     headers = {"X-Request-Id": request_id, "X-Sample-Rate": str(service.sample_rate)}
@@ -191,12 +191,21 @@ class _Prefetched:
             yield event
 
 
-async def _first(events: _Prefetched) -> DialogueEvent:
-    """Read ahead to the first audio (it will play: 200) or the end (an error's status)."""
+async def _first(work: Dialogue, events: _Prefetched) -> DialogueEvent:
+    """Read ahead to the first audio, then wait until every line is planned: a line the engine
+    refuses (its instruct, its length) is the response's status, not an error after the 200.
+    The end instead, if it comes first (an error's status)."""
     while True:
         event = await events.ahead()
-        if isinstance(event, TurnEnd) or (isinstance(event, LineEvent) and isinstance(event.event, TurnAudio)):
+        if isinstance(event, TurnEnd):
             return event
+        if isinstance(event, LineEvent) and isinstance(event.event, TurnAudio):
+            break
+    await work.planned.wait()
+    if work.refusal is not None:
+        work.cancel()
+        return work.refusal
+    return event
 
 
 async def _body(work: Dialogue, events: _Prefetched, body: DialogueBody, rate: int) -> AsyncIterator[bytes]:

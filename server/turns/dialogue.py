@@ -95,9 +95,12 @@ class Dialogue:
         self._task: asyncio.Task | None = None
         self._chain: asyncio.Future[VoicePrompt] | None = None
         self._first_heard = asyncio.Event()  # line 0's first audio (or its end)
+        self.planned = asyncio.Event()  # every line accepted by the engine, or the dialogue ended first
+        self.refusal: TurnEnd | None = None  # the first line refused (`line K: ...`), or its voices'
 
     def start(self) -> Dialogue:
         self._task = asyncio.get_running_loop().create_task(self._start())
+        self._task.add_done_callback(lambda _: self.planned.set())  # however it ended
         return self
 
     def cancel(self) -> None:
@@ -107,6 +110,7 @@ class Dialogue:
         for turn in self.turns:
             turn.cancel()
         self._fail(TurnEnd("cancelled", requested=True))
+        self.planned.set()
 
     async def _start(self) -> None:
         r = self.request
@@ -114,7 +118,9 @@ class Dialogue:
             voices = await self._voices()
         except ServiceError as exc:
             self.service.reject(r.endpoint, exc.code)
-            self._fail(TurnEnd("error", exc.code, exc.message, exc.field, exc.retry_after_ms))
+            self.refusal = TurnEnd("error", exc.code, exc.message, exc.field, exc.retry_after_ms)
+            self._fail(self.refusal)
+            self.planned.set()
             return
         unnamed = [k for k, line in enumerate(r.lines) if line.voice is None]
         if unnamed:
@@ -166,11 +172,15 @@ class Dialogue:
                 prompt = await asyncio.shield(self._chain)
             turn.release(prompt, base + offset if k else None)
             await turn.settled.wait()
-            if turn.accepted is None:
-                return  # it ended (refused): the dialogue ends with it
+            if turn.accepted is None:  # it ended (refused): the dialogue ends with it
+                if turn.end is not None and turn.end.outcome == "error":
+                    self.refusal = self._of_line(turn.end, k)
+                self.planned.set()
+                return
             offset += sum(turn.accepted.target_seconds) + r.pause_ms / 1000.0
             if k == 0:  # the first line alone until it is heard: the script's first sound as soon as a lone line's
                 await self._first_heard.wait()
+        self.planned.set()
 
     def _chained(self, event: ChunkTokens) -> None:
         if self._chain is not None and not self._chain.done():
@@ -186,6 +196,13 @@ class Dialogue:
         finally:
             if heard is not None:
                 heard.set()
+
+    def _of_line(self, end: TurnEnd, k: int) -> TurnEnd:
+        """A line's error as the dialogue's: `line K: ...`, its field within `lines[K]`."""
+        field, lines = end.field, self.request.text_field
+        if field is not None and not field.startswith(f"{lines}["):
+            field = f"{lines}[{k}].{field}"
+        return msgspec.structs.replace(end, message=f"line {k}: {end.message}", field=field)
 
     def _fail(self, end: TurnEnd) -> None:
         if not self._failure.done():
@@ -208,7 +225,7 @@ class Dialogue:
             if event.outcome != "done":
                 self.cancel()  # the other lines too
                 if of_line and event.outcome == "error":
-                    event = msgspec.structs.replace(event, message=f"line {k}: {event.message}")
+                    event = self._of_line(event, k)
                 yield event
                 return
             first = first or event

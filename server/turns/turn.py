@@ -66,6 +66,7 @@ class Turn:
         self._submitted = False
         self._cancel_requested = False
         self._ended = False
+        self.end: TurnEnd | None = None  # how it ended, once it has
 
     # ---- the door's side ----------------------------------------------------------------
 
@@ -266,6 +267,7 @@ class Turn:
         if not self._ended:
             self._events.put_nowait(end)
             self._ended = True
+            self.end = end
             self.settled.set()
             for task in self._aligning:  # alignments not started yet are dropped with their turn
                 task.cancel()

@@ -109,6 +109,7 @@ def test_over_http_as_one_file_and_as_events(server):
     ({"lines": [{"text": "Hi.", "voice": "alloy"}, {"text": "Yo.", "voice": "ech"}]}, 404, "voice_not_found",
      "lines[1].voice"),
     ({"lines": [{"text": "Hi.", "options": {"num_step": 0}}]}, 422, "invalid_request", "lines[0].options.num_step"),
+    ({"lines": [{"text": "Hi."}, {"text": "Yo.", "instruct": "0"}]}, 422, "invalid_request", "lines[1].instruct"),
     ({"lines": [{"text": "Hi.", "speaker": "x"}]}, 422, "invalid_request", "lines[0].speaker"),
 ])
 def test_bad_scripts_get_clear_errors_on_both_doors(server, body, status, code, field):
