@@ -33,11 +33,14 @@ FAST = {"num_step": 2, "seed": 1}
 
 
 class Probe:
-    """`GET /healthz` back to back on a thread: every answer's latency, in seconds."""
+    """`GET /healthz` back to back on a thread: every answer's latency, in seconds. It holds the
+    attack until its first answer, and ends one answer after it, so even an attack quicker than
+    one probe has probes that ran through it."""
 
     def __init__(self, url: str):
         self.url, self.latencies = url, []
         self._stop = threading.Event()
+        self._answered = threading.Condition()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
@@ -45,14 +48,22 @@ class Probe:
             while not self._stop.is_set():
                 began = time.perf_counter()
                 http.get(self.url + "/healthz")
-                self.latencies.append(time.perf_counter() - began)
+                with self._answered:
+                    self.latencies.append(time.perf_counter() - began)
+                    self._answered.notify_all()
                 time.sleep(0.005)
+
+    def _await_answers(self, count: int) -> None:
+        with self._answered:
+            self._answered.wait_for(lambda: len(self.latencies) >= count or not self._thread.is_alive(), 120)
 
     def __enter__(self) -> Probe:
         self._thread.start()
+        self._await_answers(1)
         return self
 
     def __exit__(self, *exc) -> None:
+        self._await_answers(len(self.latencies) + 1)
         self._stop.set()
         self._thread.join(120)
 
