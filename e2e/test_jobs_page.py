@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import zipfile
 from pathlib import Path
 
@@ -86,6 +87,11 @@ def test_a_pasted_chapter_runs_to_the_end_and_downloads(page: Page, chorus_serve
     card.locator(".batch-items > summary").click()
     items = card.locator(".batch-item button")
     expect(items).to_have_count(total)
+    # every item said ready by `GET /v1/jobs/{id}/items`: its button on, its file and length named
+    expect(card.locator('.batch-item[data-status="done"]')).to_have_count(total, timeout=LONG)
+    for k in range(total):
+        expect(items.nth(k)).to_be_enabled()
+    expect(card.locator(".batch-item-name").nth(1)).to_contain_text(re.compile(r"^0001\.wav · \d+(\.\d)? s$"))
     with page.expect_download(timeout=LONG) as info:
         items.nth(1).click()
     assert info.value.suggested_filename.endswith("0001.wav")
@@ -143,14 +149,21 @@ def test_a_jsonl_file_runs_with_its_own_voices(page: Page, chorus_server: Chorus
 def test_a_job_is_cancelled_and_the_list_survives_a_reload(page: Page, chorus_server: ChorusServer):
     open_jobs(page, chorus_server)
     # long enough to be running when Cancel is pressed: many items at the full step count
-    page.fill("#batch-text", "\n\n".join(f"Paragraph {k}. " + CHAPTER for k in range(12)))
+    page.fill("#batch-text", "\n\n".join(f"Paragraph {k}. " + CHAPTER for k in range(30)))
     expect(page.locator("#batch-voice option[value=alloy]")).to_have_count(1, timeout=LONG)
     page.select_option("#batch-voice", "alloy")
     page.click("#batch-submit")
     card, job_id = card_of(page)
     expect(card.locator(".batch-cancel")).to_be_visible()
+    # once an item is done it can be fetched; the rest say they are not ready
+    expect(card.locator('.batch-item[data-status="done"]').first).to_be_attached(timeout=LONG)
+    expect(card.locator('.batch-item[data-status="done"] button').first).to_be_enabled()
     card.locator(".batch-cancel").click()
     expect(card).to_have_attribute("data-status", "cancelled", timeout=LONG)
+    cancelled = card.locator('.batch-item[data-status="cancelled"]')
+    expect(cancelled.first).to_be_attached(timeout=LONG)
+    expect(cancelled.first.locator("button")).to_be_disabled()
+    expect(cancelled.first.locator(".batch-item-name")).to_contain_text("cancelled")
     expect(card.locator(".job-progress-text")).to_contain_text("Cancelled after")
     assert page.request.get(f"{chorus_server.url}/v1/jobs/{job_id}").json()["status"] == "cancelled"
     expect(card.locator(".batch-remove")).to_be_visible()

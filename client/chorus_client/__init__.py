@@ -25,7 +25,17 @@ from .errors import (
     VoiceNotFoundError,
 )
 from .events import Accepted, AudioChunk, Cancelled, Done, Event, Line, Progress, Ready, Segment, Words, WordTiming
-from .jobs import ItemNotReadyError, Job, JobArchive, JobAudio, JobFailedError, JobItem, JobNotFoundError, JobsAPI
+from .jobs import (
+    ItemNotReadyError,
+    Job,
+    JobArchive,
+    JobAudio,
+    JobFailedError,
+    JobItem,
+    JobItemState,
+    JobNotFoundError,
+    JobsAPI,
+)
 from .requests import Dialogue, Result, Synthesis, TextStream
 from .retry import BusyRetry
 from .voices import Voice
@@ -37,8 +47,8 @@ __all__ = [
     "Accepted", "AudioChunk", "BadMessageError", "BadResponseError", "BufferFullError", "BusyError", "BusyRetry",
     "Cancelled", "ChorusClient", "ChorusError", "ConflictError", "ConnectionLostError", "Dialogue", "DialogueLine",
     "Done", "DuplicateIdError", "Event", "HandshakeError", "InternalError", "InvalidRequestError", "ItemNotReadyError",
-    "Job", "JobArchive", "JobAudio", "JobFailedError", "JobItem", "JobNotFoundError", "JobsAPI", "Line", "Progress",
-    "ProtocolError", "Ready",
+    "Job", "JobArchive", "JobAudio", "JobFailedError", "JobItem", "JobItemState", "JobNotFoundError", "JobsAPI",
+    "Line", "Progress", "ProtocolError", "Ready",
     "Reference", "RequestTimeoutError", "Result", "Segment", "StreamIdleError", "StreamTooLongError", "Synthesis",
     "SynthesisOptions", "TextStream", "TextTooLongError", "TooManyRequestsError", "UnauthorizedError", "Voice",
     "VoiceNotFoundError", "WordTiming", "Words", "split_url",

@@ -38,6 +38,7 @@ from .wire import INT, NUMBER, TEXT, Malformed, Options, options_to_wire, typed
 JOBS_PATH = "/v1/jobs"
 JobStatus = Literal["queued", "running", "completed", "failed", "cancelled"]
 FINISHED: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
+ITEMS_PAGE = 1000  # items one `GET /v1/jobs/{id}/items` lists at most
 
 
 class JobNotFoundError(InvalidRequestError):
@@ -128,6 +129,29 @@ class Job:
                    audio_seconds=typed(body, "audio_seconds", NUMBER, 0.0),
                    eta_seconds=typed(body, "eta_seconds", NUMBER, None), attempts=typed(body, "attempts", INT, None),
                    created_at=typed(body, "created_at", NUMBER, None), error=dict(error) if error else None, raw=body)
+
+
+@dataclass(frozen=True)
+class JobItemState:
+    """One item as `GET /v1/jobs/{id}/items` lists it: `status` (`queued`, `running`, `done`,
+    `failed`, `cancelled`) and, once done, its `format` and how long its audio plays."""
+
+    n: int
+    status: str
+    format: str | None = None
+    audio_seconds: float | None = None
+
+    @property
+    def ready(self) -> bool:
+        """Done: `item(id, n)` has its audio."""
+        return self.status == "done"
+
+    @classmethod
+    def from_wire(cls, body: Any) -> JobItemState:
+        if not isinstance(body, dict):
+            raise Malformed(f"an item is {type(body).__name__}, not an object")
+        return cls(n=typed(body, "n", INT), status=typed(body, "status", TEXT),
+                   format=typed(body, "format", TEXT, None), audio_seconds=typed(body, "audio_seconds", NUMBER, None))
 
 
 @dataclass(frozen=True)
@@ -272,6 +296,24 @@ class JobsAPI:
         media_type = response.headers.get("Content-Type", "application/octet-stream").split(";")[0].strip()
         return JobAudio(job_id, n, response.content, media_type, seconds,
                         _filename(response, f"{n:04d}"))
+
+    async def items(self, job_id: str, *, offset: int = 0, limit: int = ITEMS_PAGE) -> list[JobItemState]:
+        """The job's items from `offset` in order, at most `limit` (1..1000): which are done
+        (`ready`), queued, running, failed or cancelled."""
+        for name, value, least in (("offset", offset, 0), ("limit", limit, 1)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise InvalidRequestError(f"{name}: {value!r} is not a whole number from {least}", field=name)
+        response = await self._request("GET", job_path(job_id, "/items"),
+                                       params={"offset": offset, "limit": min(limit, ITEMS_PAGE)})
+        try:
+            body = response.json()
+        except (ValueError, RecursionError):
+            raise bad_response(response, "not JSON") from None
+        try:
+            listed = typed(body if isinstance(body, dict) else {}, "items", (list,))
+            return [JobItemState.from_wire(item) for item in listed]
+        except Malformed as exc:
+            raise bad_response(response, f"not a job's items ({exc})") from None
 
     async def archive(self, job_id: str, path: str | Path) -> JobArchive:
         """The job's zip (`0000.mp3`, `0001.mp3`, ... in item order) written to `path` as it

@@ -19,6 +19,7 @@ from litestar import Request, Response, delete, get, post
 from litestar.datastructures import State
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import OpenAPIMediaType, OpenAPIResponse, Reference, RequestBody, Schema
+from litestar.params import Parameter
 from litestar.response import Stream
 
 from server.api.auth import owner_of
@@ -31,7 +32,7 @@ from server.errors import ServiceError
 from server.jobs.body import FORMATS, JSONL_TYPES, JobLimits, ParsedJob, parse_json, parse_jsonl
 from server.jobs.results import ZipStream, entry_name
 from server.jobs.runner import ENDPOINT, JobRunner
-from server.jobs.store import JobStatus, JobView, NewJob, TooManyJobs
+from server.jobs.store import JobItems, JobStatus, JobView, NewJob, TooManyJobs
 from server.turns.service import SynthesisService
 from server.voices.store import Owner
 from server.wire.messages import ProtocolError
@@ -39,6 +40,7 @@ from server.wire.messages import ProtocolError
 log = logging.getLogger("chorus.jobs")
 TAGS = ["jobs"]
 NOT_READY_RETRY_S = 2
+ITEMS_PAGE = 1000  # items one `GET /v1/jobs/{id}/items` lists at most
 
 
 class JobCreated(msgspec.Struct, frozen=True):
@@ -175,6 +177,19 @@ async def get_job(job_id: str, request: Request, state: State, config: ServerCon
     failed (the item and its error); `attempts`: claims of its items (items_total when no server
     stopped while making one)."""
     return await _view(state, request, config, job_id)
+
+
+@get("/jobs/{job_id:str}/items", operation_id="listJobItems", tags=TAGS, **documented(404))
+async def list_job_items(job_id: str, request: Request, state: State, config: ServerConfig,
+                         offset: int = Parameter(default=0, ge=0, description="the first item listed"),
+                         limit: int = Parameter(default=ITEMS_PAGE, ge=1, le=ITEMS_PAGE,
+                                                description="items listed at most")) -> JobItems:
+    """The job's items in order from `offset`: each one's `status` (queued, running, done, failed,
+    cancelled) and, once done, its `audio_seconds`: which items `GET /v1/jobs/{id}/items/{n}`
+    has ready."""
+    view = await _view(state, request, config, job_id)
+    items = await asyncio.to_thread(_runner(state).store.items, job_id, offset, limit)
+    return JobItems(job_id, view.items_total, offset, items)
 
 
 @get("/jobs/{job_id:str}/items/{n:int}", operation_id="getJobItem", tags=TAGS,

@@ -29,6 +29,7 @@ from server.jobs.store import (
     MAX_LAPSES,
     Claim,
     ItemAudio,
+    ItemView,
     ItemWork,
     JobError,
     JobView,
@@ -243,6 +244,13 @@ class SqlJobStore:
             rows = self._run("SELECT n, format FROM {items} WHERE job = ? AND state = 'done' ORDER BY n",
                              (job_id,)).fetchall()
         return [(n, fmt) for n, fmt in rows]
+
+    def items(self, job_id: str, offset: int, limit: int) -> list[ItemView]:
+        with self._lock:
+            rows = self._run("SELECT n, state, format, audio_seconds FROM {items} WHERE job = ? AND n >= ? "
+                             "ORDER BY n LIMIT ?", (job_id, offset, limit)).fetchall()
+        return [ItemView(n, state, fmt, round(float(seconds), 3)) if state == "done" else ItemView(n, state)
+                for n, state, fmt, seconds in rows]
 
     def item_state(self, job_id: str, n: int) -> str | None:
         with self._lock:

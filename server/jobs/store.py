@@ -22,6 +22,7 @@ import msgspec
 from server.voices.store import Owner
 
 JobStatus = Literal["queued", "running", "completed", "failed", "cancelled"]
+ItemStatus = Literal["queued", "running", "done", "failed", "cancelled"]
 FINISHED: tuple[JobStatus, ...] = ("completed", "failed", "cancelled")
 STATUSES: tuple[JobStatus, ...] = ("queued", "running", *FINISHED)
 JOB_ID = re.compile(r"job-[0-9a-f]{32}\Z")  # 128 random bits: without API keys the id is what grants access
@@ -81,6 +82,26 @@ class JobView(msgspec.Struct, frozen=True, omit_defaults=True):
     attempts: int = 0
     created_at: float = 0.0
     error: JobError | None = None
+
+
+class ItemView(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One item of `GET /v1/jobs/{id}/items`: its status and, once done, its format and how long
+    it plays."""
+
+    n: int
+    status: ItemStatus
+    format: str | None = None
+    audio_seconds: float | None = None
+
+
+class JobItems(msgspec.Struct, frozen=True):
+    """`GET /v1/jobs/{id}/items`: the job's items from `offset`, in order (at most the `limit`
+    asked for), so a client fetches the ones done instead of asking each in turn."""
+
+    id: str
+    items_total: int
+    offset: int
+    items: list[ItemView]
 
 
 @dataclass(frozen=True)
@@ -155,6 +176,10 @@ class JobStore(Protocol):
 
     def item_audio(self, job_id: str, n: int) -> ItemAudio | None:
         """A done item's audio, else None."""
+        ...
+
+    def items(self, job_id: str, offset: int, limit: int) -> list[ItemView]:
+        """Items `offset` to `offset + limit - 1` (those there are), in order."""
         ...
 
     def item_state(self, job_id: str, n: int) -> str | None:

@@ -65,9 +65,15 @@ def test_items_run_to_the_end_with_progress_and_download(chorus_url, tmp_path):
             first = await client.jobs.item(job.id, 0)
             third = await client.jobs.item(job.id, 2)
             archive = await client.jobs.archive(job.id, tmp_path / "all.zip")
-            return job, seen, done, first, third, archive
+            listed = await client.jobs.items(job.id)
+            page = await client.jobs.items(job.id, offset=2, limit=5)
+            return job, seen, done, first, third, archive, listed, page
 
-    job, seen, done, first, third, archive = run(go())
+    job, seen, done, first, third, archive, listed, page = run(go())
+    assert [(s.n, s.status, s.ready, s.format) for s in listed] == [(0, "done", True, "wav"), (1, "done", True, "wav"),
+                                                                 (2, "done", True, "flac")]
+    assert listed[0].audio_seconds == pytest.approx(first.seconds, abs=0.01)
+    assert [s.n for s in page] == [2]
     assert job.id.startswith("job-") and job.status == "queued" and not job.finished
     assert done.status == "completed" and done.finished and done.items_done == done.items_total == 3
     assert done.fraction == 1.0 and done.eta_seconds == 0 and done.audio_seconds > 0
@@ -126,9 +132,12 @@ def test_cancel_and_an_item_not_ready(chorus_url):
                 await client.jobs.item(job.id, 39)
             cancelled = await client.jobs.cancel(job.id)
             waited = await client.jobs.wait(job.id, poll_s=0.2)  # a cancelled job is an end, not an error
-            return not_ready.value, cancelled, waited
+            states = await client.jobs.items(job.id)
+            return not_ready.value, cancelled, waited, states
 
-    not_ready, cancelled, waited = run(go())
+    not_ready, cancelled, waited, states = run(go())
+    assert len(states) == 40 and states[39].status == "cancelled" and not states[39].ready
+    assert sum(s.ready for s in states) == waited.items_done
     assert not_ready.status == 409 and not_ready.retry_after_ms and not_ready.retry_after_ms > 0
     assert cancelled.status == "cancelled" and waited.status == "cancelled"
     assert waited.items_done < waited.items_total
@@ -162,6 +171,7 @@ def test_refusals_and_the_clients_own_checks_are_typed(chorus_url):
                 "jsonl": client.jobs.submit_jsonl(b'{"input": "ok"}\n{not json\n'),
                 "path": client.jobs.get(".."),
                 "item": client.jobs.item("job-x", -1),
+                "items": client.jobs.items("job-x", limit=0),
             }.items():
                 try:
                     await call
@@ -177,13 +187,14 @@ def test_refusals_and_the_clients_own_checks_are_typed(chorus_url):
             return errors, still
 
     errors, still = run(go())
-    assert sorted(errors) == ["empty", "item", "jsonl", "missing", "path", "timeout", "voice"]
+    assert sorted(errors) == ["empty", "item", "items", "jsonl", "missing", "path", "timeout", "voice"]
     assert isinstance(errors["missing"], JobNotFoundError) and errors["missing"].status == 404
     assert isinstance(errors["voice"], VoiceNotFoundError) and errors["voice"].field == "items[1].voice"
     assert isinstance(errors["empty"], InvalidRequestError) and errors["empty"].field == "items"
     assert isinstance(errors["jsonl"], BadMessageError) and "line 2" in errors["jsonl"].message
     assert isinstance(errors["path"], InvalidRequestError) and errors["path"].field == "job_id"
     assert isinstance(errors["item"], InvalidRequestError) and errors["item"].field == "item"
+    assert isinstance(errors["items"], InvalidRequestError) and errors["items"].field == "limit"
     assert isinstance(errors["timeout"], RequestTimeoutError) and "goes on" in errors["timeout"].message
     assert not still.finished  # waiting gave up; the job did not
 

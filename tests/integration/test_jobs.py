@@ -86,6 +86,17 @@ def test_items_in_several_formats_served_one_by_one_and_as_a_zip(server):
             assert len(_decode(got.content, fmt)) > 0
             seconds += float(got.headers["x-chorus-audio-seconds"])
         assert seconds == pytest.approx(view["audio_seconds"], abs=0.01)
+        listed = http.get(f"/v1/jobs/{job_id}/items").json()
+        assert listed["items_total"] == 4 and listed["offset"] == 0
+        assert [(i["n"], i["status"], i["format"]) for i in listed["items"]] == [
+            (k, "done", fmt) for k, fmt in enumerate(formats)]
+        assert sum(i["audio_seconds"] for i in listed["items"]) == pytest.approx(view["audio_seconds"], abs=0.01)
+        page = http.get(f"/v1/jobs/{job_id}/items", params={"offset": 1, "limit": 2}).json()
+        assert [i["n"] for i in page["items"]] == [1, 2] and page["offset"] == 1
+        assert http.get(f"/v1/jobs/{job_id}/items", params={"offset": 9}).json()["items"] == []
+        for bad in ({"limit": 0}, {"limit": 1001}, {"offset": -1}, {"offset": "x"}):
+            assert _error(http.get(f"/v1/jobs/{job_id}/items", params=bad), 400)["code"] == "invalid_request"
+        assert _error(http.get("/v1/jobs/job-nosuch/items"), 404)["code"] == "invalid_request"
         archive = http.get(f"/v1/jobs/{job_id}/archive")
         assert archive.status_code == 200 and archive.headers["content-type"] == "application/zip"
         assert archive.headers["x-chorus-items"] == "4/4"
@@ -168,7 +179,15 @@ def test_an_item_not_done_yet_is_409_with_retry_after(server):
         got = http.get(f"/v1/jobs/{job_id}/items/11")
         assert got.status_code == 409 and got.headers["retry-after"], got.text
         assert got.json()["error"]["message"].startswith("items[11]: not done yet")
+        states = [i["status"] for i in http.get(f"/v1/jobs/{job_id}/items").json()["items"]]
+        assert len(states) == 12 and states[11] in ("queued", "running"), states
+        assert set(states) <= {"queued", "running", "done"}, states
+        done = [i for i in http.get(f"/v1/jobs/{job_id}/items").json()["items"] if i["status"] == "done"]
+        for item in done:  # what the list calls done is there to fetch
+            assert http.get(f"/v1/jobs/{job_id}/items/{item['n']}").status_code == 200
         http.delete(f"/v1/jobs/{job_id}")
+        after = {i["status"] for i in http.get(f"/v1/jobs/{job_id}/items").json()["items"]}
+        assert "cancelled" in after and after <= {"cancelled", "done"}, after
 
 
 def _error(response: httpx.Response, status: int) -> dict:
@@ -239,6 +258,7 @@ def test_a_job_is_its_keys_alone_and_each_key_has_its_own_cap(start_inproc, tmp_
             assert b.get(f"/v1/jobs/{job_id}").status_code == 404
             assert b.delete(f"/v1/jobs/{job_id}").status_code == 404
             assert b.get(f"/v1/jobs/{job_id}/archive").status_code == 404
+            assert b.get(f"/v1/jobs/{job_id}/items").status_code == 404
             assert nobody.get(f"/v1/jobs/{job_id}").status_code == 401
             other = b.post("/v1/jobs", json=job)  # another key's cap is its own
             assert other.status_code == 202, other.text

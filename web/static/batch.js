@@ -1,8 +1,9 @@
 // The Jobs tab: long-form work as a background job. A pasted text or a text file goes to
 // `POST /v1/jobs` as one long text (the server cuts it into items), a JSONL file as it is (one
 // speech body a line). Each job is a card that polls `GET /v1/jobs/{id}` for its progress
-// (items done, audio made, time left) until it ends, and offers each item's audio
-// (`GET /v1/jobs/{id}/items/{n}`), a zip of all of them (`/archive`) and Cancel (`DELETE`).
+// (items done, audio made, time left) until it ends, and offers each item's audio once
+// `GET /v1/jobs/{id}/items` says it is done (`/items/{n}`), a zip of all of them (`/archive`) and
+// Cancel (`DELETE`).
 // The jobs submitted from this browser are remembered (local storage), so a reload shows them
 // again until the server forgets them.
 
@@ -21,6 +22,7 @@ const STATUS_TEXT = {
   submitting: "Submitting…", queued: "Queued", running: "Running", completed: "Completed", failed: "Failed",
   cancelling: "Cancelling…", cancelled: "Cancelled", gone: "Gone",
 };
+const ITEM_STATUS_TEXT = { queued: "queued", running: "being made", failed: "failed", cancelled: "cancelled" };
 const JSONL = /\.(jsonl|ndjson)$/i;
 
 const plural = (n, word) => `${n.toLocaleString()} ${word}${n === 1 ? "" : "s"}`;
@@ -85,6 +87,11 @@ export class JobsApi {
     return (await this.call(this.path(id), { method: "DELETE" })).json();
   }
 
+  // The first `limit` items' states (`GET /v1/jobs/{id}/items`): [{n, status, format?, audio_seconds?}].
+  async items(id, limit) {
+    return (await this.call(this.path(id, `/items?limit=${limit}`))).json();
+  }
+
   async download(id, rest, fallback) {
     const res = await this.call(this.path(id, rest));
     return { blob: await res.blob(), filename: fileName(res, fallback) };
@@ -104,6 +111,9 @@ class BatchCard {
     this.timer = null;
     this.delay = POLL_MS;
     this.itemsShown = 0;
+    this.itemsKnown = -1; // items done when their states were last asked for (-2: the job had ended)
+    this.itemsWanted = -1;
+    this.itemsAsking = false;
     this.disposed = false;
     this.el = $("batch-template").content.firstElementChild.cloneNode(true);
     const q = (sel) => this.el.querySelector(sel);
@@ -173,7 +183,42 @@ class BatchCard {
     // Downloads: each item and the zip, once any item is done.
     this.$.archive.hidden = done === 0;
     this.$.archive.textContent = view.status === "completed" || this.finished ? "Download all (zip)" : "Download the items done (zip)";
-    if (done > 0) this.showItems(total);
+    if (done > 0) {
+      this.showItems(total);
+      this.refreshItems(done);
+    }
+  }
+
+  // Which listed items are ready (`GET /v1/jobs/{id}/items`), asked again whenever more are done
+  // or the job ends: a ready item's button names its file and length, the others say their state.
+  async refreshItems(done) {
+    this.itemsWanted = this.finished ? -2 : done;
+    if (this.itemsAsking) return; // the call under way asks again if it is out of date
+    this.itemsAsking = true;
+    try {
+      while (!this.disposed && this.itemsKnown !== this.itemsWanted) {
+        const key = this.itemsWanted;
+        const { items } = await this.hooks.api.items(this.id, SHOWN_ITEMS);
+        if (this.disposed) return;
+        this.itemsKnown = key;
+        for (const item of items) this.markItem(item);
+      }
+    } catch {
+      // the next poll asks again; the buttons stay as they were
+    } finally {
+      this.itemsAsking = false;
+    }
+  }
+
+  markItem({ n, status, format, audio_seconds: seconds }) {
+    const li = this.$.itemList.querySelector(`li[data-item="${n}"]`);
+    if (!li) return;
+    const ready = status === "done";
+    li.dataset.status = status;
+    li.querySelector("button").disabled = !ready;
+    const name = `${String(n).padStart(4, "0")}.${format || this.record.format || "mp3"}`;
+    li.querySelector(".batch-item-name").textContent = ready
+      ? `${name} · ${duration(seconds || 0)}` : `${name} · ${ITEM_STATUS_TEXT[status] || status}`;
   }
 
   showItems(total) {
@@ -183,8 +228,8 @@ class BatchCard {
       const items = [];
       for (let k = this.itemsShown; k < n; k++) {
         const name = `${String(k).padStart(4, "0")}.${ext}`;
-        items.push(el("li", { className: "batch-item" },
-          el("button", { type: "button", className: "link small", "data-item": k,
+        items.push(el("li", { className: "batch-item", "data-item": k },
+          el("button", { type: "button", className: "link small", "data-item": k, disabled: true,
                          "aria-label": `Download item ${k + 1} of job ${this.record.seq}`, text: `Item ${k + 1}` }),
           el("span", { className: "batch-item-name", text: name })));
       }
