@@ -100,7 +100,7 @@ class Dialogue:
 
     def start(self) -> Dialogue:
         self._task = asyncio.get_running_loop().create_task(self._start())
-        self._task.add_done_callback(lambda _: self.planned.set())  # however it ended
+        self._task.add_done_callback(lambda _: self.planned.set())  # every line released, refused, or cancelled
         return self
 
     def cancel(self) -> None:
@@ -120,7 +120,6 @@ class Dialogue:
             self.service.reject(r.endpoint, exc.code)
             self.refusal = TurnEnd("error", exc.code, exc.message, exc.field, exc.retry_after_ms)
             self._fail(self.refusal)
-            self.planned.set()
             return
         unnamed = [k for k, line in enumerate(r.lines) if line.voice is None]
         if unnamed:
@@ -175,12 +174,10 @@ class Dialogue:
             if turn.accepted is None:  # it ended (refused): the dialogue ends with it
                 if turn.end is not None and turn.end.outcome == "error":
                     self.refusal = self._of_line(turn.end, k)
-                self.planned.set()
                 return
             offset += sum(turn.accepted.target_seconds) + r.pause_ms / 1000.0
             if k == 0:  # the first line alone until it is heard: the script's first sound as soon as a lone line's
                 await self._first_heard.wait()
-        self.planned.set()
 
     def _chained(self, event: ChunkTokens) -> None:
         if self._chain is not None and not self._chain.done():
