@@ -5,8 +5,8 @@ folder finishes the job; the items it was making are made again and no item is m
 PostgreSQL: two replicas on one database share a job; one is killed while it holds claimed items,
 and the other takes them over once their leases lapse and finishes the job. "Exactly once" is read
 from two places that do not depend on each other: the store's rows (every item done, the ones in
-flight at the kill claimed again) and the servers' own logs (one `job item done` line per item,
-across every process that ran)."""
+flight at the kill claimed again) and the servers' own logs (no item's `job item done` line twice,
+across every process that ran; only an item whose row was written as the kill came may lack one)."""
 
 from __future__ import annotations
 
@@ -53,6 +53,15 @@ def _done_lines(*servers: ChorusServer) -> Counter:
     return lines
 
 
+def _each_logged_once(lines: Counter, job_id: str, done_at_kill: set[int], in_flight_at_most: int) -> None:
+    """No item logged done twice, and every item logged, but for an item whose row was written
+    just before the kill: its line follows the commit, so the kill may land between them (at
+    most one such item a job slot)."""
+    assert set(lines) <= {(job_id, n) for n in range(ITEMS)} and all(c == 1 for c in lines.values()), lines
+    unlogged = {n for n in range(ITEMS) if (job_id, n) not in lines}
+    assert unlogged <= done_at_kill and len(unlogged) <= in_flight_at_most, (unlogged, done_at_kill)
+
+
 def _kill(server: ChorusServer) -> None:
     server.send_signal(signal.SIGKILL)
     server.wait(30)
@@ -87,8 +96,8 @@ def test_a_job_survives_its_server_killed_mid_job(tiny_checkpoint, tmp_path):
         poll_until(mid_job, "the job half-way with items in flight", 240)
         _kill(server)
         in_flight = {n for (n,) in rows("SELECT n FROM job_items WHERE state = 'running'")}
-        done_before = rows("SELECT count(*) FROM job_items WHERE state = 'done'")[0][0]
-        assert in_flight and done_before < ITEMS
+        done_at_kill = {n for (n,) in rows("SELECT n FROM job_items WHERE state = 'done'")}
+        assert in_flight and len(done_at_kill) < ITEMS
 
         server.start()
         view = _finished(server, job_id)
@@ -99,8 +108,7 @@ def test_a_job_survives_its_server_killed_mid_job(tiny_checkpoint, tmp_path):
         assert again == in_flight  # the items being made at the kill, and only those, were claimed again
         assert all(attempts == 2 for n, _, attempts, _ in states if n in again)
         assert view["attempts"] == ITEMS + len(in_flight)
-        lines = _done_lines(server)
-        assert lines == Counter({(job_id, n): 1 for n in range(ITEMS)})  # each item done once, across both runs
+        _each_logged_once(_done_lines(server), job_id, done_at_kill, 4)  # each item done once, across both runs
         _archive_decodes(server, job_id)
     finally:
         server.stop()
@@ -132,6 +140,7 @@ def test_a_replica_killed_mid_item_leaves_its_items_to_the_other(tiny_checkpoint
         held = {n for (n,) in rows("SELECT n FROM chorus_job_items WHERE state = 'running' AND worker LIKE %s",
                                    a_worker)}
         assert held
+        done_at_kill = {n for (n,) in rows("SELECT n FROM chorus_job_items WHERE state = 'done'")}
 
         view = _finished(b, job_id)
         assert view["status"] == "completed" and view["items_done"] == ITEMS, view
@@ -139,7 +148,7 @@ def test_a_replica_killed_mid_item_leaves_its_items_to_the_other(tiny_checkpoint
         assert {n for n, state, _, _ in states if state == "done"} == set(range(ITEMS))
         assert {n for n, _, lapses, _ in states if lapses} == held  # the dead replica's, taken over
         lines_a, lines_b = _done_lines(a), _done_lines(b)
-        assert lines_a + lines_b == Counter({(job_id, n): 1 for n in range(ITEMS)})  # each once, on either
+        _each_logged_once(lines_a + lines_b, job_id, done_at_kill, 2)  # each once, on either
         assert all((job_id, n) in lines_b for n in held)  # finished by the replica that lived
         assert lines_a and lines_b  # both worked on it
         _archive_decodes(b, job_id)
