@@ -24,10 +24,9 @@ import httpx
 
 from bench import ws_bench
 from bench.jobs import sentence, ws_url
-from bench.metrics import emit_report, stats
-from bench.served import gpu_name, report_meta, result_path, served
+from bench.metrics import stats
+from bench.served import run_served, server_parser
 from server.jobs.split import estimate_seconds
-from server.loadtest.cli import split_serve_args
 
 SPEAKERS = ("alloy", "echo")
 SUMMARY_KEYS = ("dialogue_first_audio_ms", "dialogue_first_audio_p95_ms", "dialogue_done_s", "dialogue_lines",
@@ -109,11 +108,7 @@ def summary(result: dict, gpu: str | None, commit: str | None) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench.dialogue", description=__doc__.splitlines()[0],
-                                epilog="Arguments after `--` go to the `chorus serve` this starts.")
-    where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument("--checkpoint", help="the model folder the started server serves (`--model`)")
-    where.add_argument("--url", help="a running server instead of starting one")
+    p = server_parser("bench.dialogue", __doc__.splitlines()[0])
     p.add_argument("--minutes", type=float, default=5.0, help="speech the script is sized to (default 5)")
     p.add_argument("--runs", type=int, default=7)
     p.add_argument("--warmup", type=int, default=2)
@@ -125,15 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv, serve_args = split_serve_args(argv)
-    args = build_parser().parse_args(argv)
-    t0, gpu = time.perf_counter(), gpu_name()
-    with served(args.url, args.checkpoint, serve_args) as base:
-        result = measure(base, args)
-    meta = report_meta("bench.dialogue", argv, serve_args, gpu, t0, vars(args))
-    report = {"summary": summary(result, gpu, meta["commit"]), "meta": meta, **result}
-    emit_report(report, result_path(args.out, "dialogue", gpu))
-    return 0
+    return run_served("bench.dialogue", "dialogue", argv, build_parser(), measure, summary)
 
 
 if __name__ == "__main__":

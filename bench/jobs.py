@@ -34,12 +34,10 @@ from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 import httpx
 
 from bench import capacity, ws_bench
-from bench.metrics import emit_report
 from bench.mixes import WORDS
-from bench.served import gpu_name, report_meta, result_path, served
+from bench.served import run_served, server_parser
 from bench.ws_bench import StepWatch
 from server.jobs.split import estimate_seconds
-from server.loadtest.cli import split_serve_args
 
 FINISHED = ("completed", "failed", "cancelled")
 POLL_S = 0.1
@@ -200,11 +198,7 @@ def _fraction(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench.jobs", description=__doc__.splitlines()[0],
-                                epilog="Arguments after `--` go to the `chorus serve` this starts.")
-    where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument("--checkpoint", help="the model folder the started server serves (`--model`)")
-    where.add_argument("--url", help="a running server instead of starting one")
+    p = server_parser("bench.jobs", __doc__.splitlines()[0])
     p.add_argument("--minutes", type=float, default=60.0, help="speech the job's text is sized to (default 60)")
     p.add_argument("--voice", default=None, help="the job's voice (default none: the first item's voice)")
     p.add_argument("--format", default="mp3", choices=("mp3", "opus", "aac", "flac", "wav", "pcm"))
@@ -230,15 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv, serve_args = split_serve_args(argv)
-    args = build_parser().parse_args(argv)
-    t0, gpu = time.perf_counter(), gpu_name()
-    with served(args.url, args.checkpoint, serve_args) as base:
-        result = measure(base, args)
-    meta = report_meta("bench.jobs", argv, serve_args, gpu, t0, vars(args))
-    report = {"summary": summary(result, gpu, meta["commit"]), "meta": meta, **result}
-    emit_report(report, result_path(args.out, "jobs", gpu))
-    return 0
+    return run_served("bench.jobs", "jobs", argv, build_parser(), measure, summary)
 
 
 if __name__ == "__main__":
