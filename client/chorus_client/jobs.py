@@ -32,7 +32,7 @@ from .errors import (
     RequestTimeoutError,
     error_from,
 )
-from .voices import bad_response, http_error
+from .voices import bad_response, http_error, json_body, send
 from .wire import INT, NUMBER, TEXT, Malformed, Options, options_to_wire, typed
 
 JOBS_PATH = "/v1/jobs"
@@ -305,10 +305,7 @@ class JobsAPI:
                 raise InvalidRequestError(f"{name}: {value!r} is not a whole number from {least}", field=name)
         response = await self._request("GET", job_path(job_id, "/items"),
                                        params={"offset": offset, "limit": min(limit, ITEMS_PAGE)})
-        try:
-            body = response.json()
-        except (ValueError, RecursionError):
-            raise bad_response(response, "not JSON") from None
+        body = json_body(response)
         try:
             listed = typed(body if isinstance(body, dict) else {}, "items", (list,))
             return [JobItemState.from_wire(item) for item in listed]
@@ -341,15 +338,7 @@ class JobsAPI:
         return JobArchive(job_id, path, written, have, total)
 
     async def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        try:
-            response = await self._http().request(method, path, **kwargs)
-        except httpx.TimeoutException as exc:
-            raise RequestTimeoutError(f"{method} {path}: timed out ({type(exc).__name__})") from exc
-        except httpx.TransportError as exc:
-            raise ConnectionLostError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
-        if response.status_code >= 400:
-            raise _job_error(response)
-        return response
+        return await send(self._http(), method, path, error=_job_error, **kwargs)
 
 
 def _item_to_wire(item: JobItem | dict[str, Any] | str, voice: str | None) -> dict[str, Any]:
@@ -375,10 +364,7 @@ def _job_error(response: httpx.Response) -> ChorusError:
 
 
 def _job(response: httpx.Response) -> Job:
-    try:
-        body = response.json()
-    except (ValueError, RecursionError):
-        raise bad_response(response, "not JSON") from None
+    body = json_body(response)
     try:
         return Job.from_wire(body)
     except Malformed as exc:

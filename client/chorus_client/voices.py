@@ -115,7 +115,7 @@ class VoicesAPI:
 
     async def list(self) -> list[Voice]:
         response = await self._request("GET", VOICES_PATH)
-        body = _json(response)
+        body = json_body(response)
         items = body.get("voices", body.get("data")) if isinstance(body, dict) else body
         if not isinstance(items, list):
             raise bad_response(response, "not a list of voices")
@@ -123,7 +123,7 @@ class VoicesAPI:
 
     async def get(self, voice_id: str) -> Voice:
         response = await self._request("GET", voice_path(voice_id))
-        return _voice(response, _json(response))
+        return _voice(response, json_body(response))
 
     async def upload(self, audio: bytes | str | Path, text: str, *, name: str | None = None,
                      filename: str | None = None) -> Voice:
@@ -134,26 +134,31 @@ class VoicesAPI:
         data = {"text": text} if name is None else {"text": text, "name": name}
         files = {"audio": (filename or "voice.wav", audio, "application/octet-stream")}
         response = await self._request("POST", VOICES_PATH, data=data, files=files)
-        return _voice(response, _json(response))
+        return _voice(response, json_body(response))
 
     async def delete(self, voice_id: str) -> None:
         await self._request("DELETE", voice_path(voice_id))
 
     async def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        """One call; its failures as `ChorusError`s: the server's error, a timeout
-        (`RequestTimeoutError`), an unreachable server (`ConnectionLostError`)."""
-        try:
-            response = await self._http().request(method, path, **kwargs)
-        except httpx.TimeoutException as exc:
-            raise RequestTimeoutError(f"{method} {path}: timed out ({type(exc).__name__})") from exc
-        except httpx.TransportError as exc:
-            raise ConnectionLostError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
-        if response.status_code >= 400:
-            raise http_error(response)
-        return response
+        return await send(self._http(), method, path, **kwargs)
 
 
-def _json(response: httpx.Response) -> Any:
+async def send(http: httpx.AsyncClient, method: str, path: str, *,
+               error: Callable[[httpx.Response], ChorusError] | None = None, **kwargs: Any) -> httpx.Response:
+    """One HTTP call; its failures as `ChorusError`s: the server's error (`error(response)`, else
+    `http_error`), a timeout (`RequestTimeoutError`), an unreachable server (`ConnectionLostError`)."""
+    try:
+        response = await http.request(method, path, **kwargs)
+    except httpx.TimeoutException as exc:
+        raise RequestTimeoutError(f"{method} {path}: timed out ({type(exc).__name__})") from exc
+    except httpx.TransportError as exc:
+        raise ConnectionLostError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
+    if response.status_code >= 400:
+        raise (error or http_error)(response)
+    return response
+
+
+def json_body(response: httpx.Response) -> Any:
     try:
         return response.json()
     except (ValueError, RecursionError):  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
