@@ -22,7 +22,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from .errors import ChorusError, RequestTimeoutError
 from .events import Accepted, AudioChunk, Cancelled, Done, Event, Line, Progress, Segment, Words
@@ -248,6 +248,16 @@ class _Request:
         if self._conn is not None:
             self._conn.unregister(self.id, self._route)
 
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, exc_type, exc, tb) -> None:
+        """A whole request (`synthesize`, `dialogue`) left before its end is cancelled."""
+        if not self.ended and self._conn is not None:
+            await self.cancel()
+        await self._end_on_exit(exc_type is not None)
+
     async def _end_on_exit(self, failed: bool) -> None:
         if self._conn is None or self.ended:
             return
@@ -258,15 +268,6 @@ class _Request:
 
 class Synthesis(_Request):
     """One `synthesize` request. `async with` cancels it if the block exits early."""
-
-    async def __aenter__(self) -> Synthesis:
-        await self.start()
-        return self
-
-    async def __aexit__(self, exc_type, exc, tb) -> None:
-        if not self.ended and self._conn is not None:
-            await self.cancel()
-        await self._end_on_exit(exc_type is not None)
 
 
 class Dialogue(_Request):
@@ -280,15 +281,6 @@ class Dialogue(_Request):
         super().__init__(*args, **kwargs)
         self.line: int | None = None  # the line whose `Line` came last
         self._lines_seen: set[int] = set()
-
-    async def __aenter__(self) -> Dialogue:
-        await self.start()
-        return self
-
-    async def __aexit__(self, exc_type, exc, tb) -> None:
-        if not self.ended and self._conn is not None:
-            await self.cancel()
-        await self._end_on_exit(exc_type is not None)
 
     def _shaped(self, item: Event) -> Event | None:
         if isinstance(item, Line):
@@ -314,10 +306,6 @@ class TextStream(_Request):
         self.input_closed = False
         # what was sent after `stream_open`, kept until the stream can no longer be retried
         self._sent: list[dict[str, Any]] | None = [] if self._busy_retry is not None else None
-
-    async def __aenter__(self) -> TextStream:
-        await self.start()
-        return self
 
     async def __aexit__(self, exc_type, exc, tb) -> None:
         if exc_type is None and not self.input_closed and not self.ended:
