@@ -186,6 +186,13 @@ def _line_of(source: str, marker: str) -> int:
     return next(i for i, line in enumerate(source.splitlines(), 1) if marker in line)
 
 
+def _found_exactly_at(found: list[str], source: str, markers: tuple[str, ...]) -> None:
+    """`found` (`file:line: ...` findings) names each marker's line of `source`, and nothing more."""
+    for marker in markers:
+        assert any(f":{_line_of(source, marker)}:" in f for f in found), (marker, found)
+    assert len(found) == len(markers), found
+
+
 def test_each_kind_of_hook_is_caught():
     hooks = '''
 class EngineLoop:
@@ -215,10 +222,8 @@ def serve(cfg, wrap_engine=None):
     """Serve (the engines behind `wrap_engine`: what a test puts between the app and them)."""
 '''
     found = hooks_in(hooks, "x.py", engine=True)
-    for marker in ("tests wrap it", "@backbone.setter", "(tests and benches)", "so benches can", "for the bench",
-                   "getattr(engine,", "wrap_engine=None", "what a test puts"):
-        assert any(f":{_line_of(hooks, marker)}:" in f for f in found), (marker, found)
-    assert len(found) == 8, found
+    _found_exactly_at(found, hooks, ("tests wrap it", "@backbone.setter", "(tests and benches)", "so benches can",
+                                     "for the bench", "getattr(engine,", "wrap_engine=None", "what a test puts"))
 
 
 def test_tests_named_as_evidence_pass():
@@ -256,10 +261,8 @@ def install(engine, monkeypatch):
     return engine._steps
 '''
     found = privates_used_in(bench, "b.py")
-    for marker in ("import _Launched", "_private_helper", "e._admit", "finisher._decoded", "runner_module._secret",
-                   '"_post"', '"_timed"', "engine._steps"):
-        assert any(f":{_line_of(bench, marker)}:" in f for f in found), (marker, found)
-    assert len(found) == 8, found
+    _found_exactly_at(found, bench, ("import _Launched", "_private_helper", "e._admit", "finisher._decoded",
+                                     "runner_module._secret", '"_post"', '"_timed"', "engine._steps"))
 
 
 def test_the_port_and_the_reference_model_pass():
