@@ -17,8 +17,8 @@ import pytest
 from tests.support.chorus_client import Session, request_once, stream_once
 from tests.support.health_probe import NO_HANG_S, HealthProbe
 
-LIVE_S = 2.0  # /healthz answers within this while attacked (before: 9-48 s)
-SLOW_S = 20.0  # eight short requests and a voice list beside them, all answered (before: about a minute)
+LIVE_S = 2.0  # /healthz answers within this while attacked
+SLOW_S = 20.0  # eight short requests and a voice list beside them, all answered
 FAST = {"num_step": 2, "seed": 5}
 
 

@@ -22,7 +22,7 @@ from tests.support.health_probe import NO_HANG_S, HealthProbe
 
 pytestmark = pytest.mark.skipif(not normalize.available(), reason="WeTextProcessing is not installed")
 LIVE_S = 2.0  # /healthz while the grammars run
-SHORT_WAIT_S = 15.0  # a short text behind long ones (before: 64 s)
+SHORT_WAIT_S = 15.0  # a short text behind long ones
 FAST = {"num_step": 2, "seed": 3}
 
 
