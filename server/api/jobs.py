@@ -203,7 +203,8 @@ async def get_job_item(job_id: str, n: int, request: Request, state: State, conf
     store = _runner(state).store
     audio = await asyncio.to_thread(store.item_audio, job_id, n)
     if audio is None:
-        item_state = await asyncio.to_thread(store.item_state, job_id, n)
+        listed = await asyncio.to_thread(store.items, job_id, n, 1)
+        item_state = listed[0].status if listed else None
         if item_state in ("queued", "running"):
             raise ApiError("invalid_request", f"items[{n}]: not done yet ({item_state}; {view.items_done} of "
                            f"{view.items_total} done)", status=409, headers={"Retry-After": str(NOT_READY_RETRY_S)})

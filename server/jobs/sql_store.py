@@ -252,11 +252,6 @@ class SqlJobStore:
         return [ItemView(n, state, fmt, round(float(seconds), 3)) if state == "done" else ItemView(n, state)
                 for n, state, fmt, seconds in rows]
 
-    def item_state(self, job_id: str, n: int) -> str | None:
-        with self._lock:
-            row = self._run("SELECT state FROM {items} WHERE job = ? AND n = ?", (job_id, n)).fetchone()
-        return row[0] if row else None
-
     def item_audio(self, job_id: str, n: int) -> ItemAudio | None:
         with self._lock:
             row = self._run("SELECT state, format, audio_seconds FROM {items} WHERE job = ? AND n = ?",

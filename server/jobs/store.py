@@ -182,10 +182,6 @@ class JobStore(Protocol):
         """Items `offset` to `offset + limit - 1` (those there are), in order."""
         ...
 
-    def item_state(self, job_id: str, n: int) -> str | None:
-        """An item's state (`queued`, `running`, `done`, `failed`, `cancelled`), or None."""
-        ...
-
     def sweep(self, retention_s: float) -> int:
         """Remove jobs finished over `retention_s` ago, with their audio; how many."""
         ...
