@@ -75,6 +75,9 @@ class _Job:
     first_audio_kind: str | None = "line"  # its first audio on /metrics (None: the caller counts it)
     next_chunk: int = 0
     held: dict[int, ChunkAudio] = field(default_factory=dict)
+    # the engine's events before its caller has the `Accepted` (the engine may step while the
+    # plan's answer crosses from the planner thread); None once they flow
+    early: list[EngineEvent] | None = field(default_factory=list)
 
     def on_event(self, event: EngineEvent) -> Finished | None:
         """Pass progress through, release audio in chunk order, end with Finished."""
@@ -161,9 +164,11 @@ class SynthesisService:
                      on_tokens: Callable[[ChunkTokens], None] | None = None, segment: int | None = None) -> Accepted:
         """Queue `request`; `deliver` then gets, on this event loop: progress, audio in text
         order, and exactly one `Finished`, last; `on_tokens` (if given) each chunk's finished
-        tokens, before its audio. Raises `ServiceError` for a request refused. `segment`: a text
-        stream's segment (the stream counts its first audio; a later one belongs to a turn
-        already taken, so a full queue does not cut the answer short).
+        tokens, before its audio. None of them before the caller has the `Accepted` this
+        returns and has used it up to its next await (a door's `accepted` frame comes first).
+        Raises `ServiceError` for a request refused. `segment`: a text stream's segment (the
+        stream counts its first audio; a later one belongs to a turn already taken, so a full
+        queue does not cut the answer short).
 
         The engine plans the request (tokenises its text, sizes its chunks) on the planner
         thread, not on the event loop: its text is request-controlled work. A caller cancelled
@@ -187,6 +192,7 @@ class SynthesisService:
             accepted = await asyncio.shield(planned)
         except asyncio.CancelledError:
             planned.add_done_callback(lambda done: done.exception() or self.cancel(request.request_id))
+            self._flow(job)  # nobody waits for `accepted`: the events (the end among them) go on
             raise
         except RequestRejected as exc:
             self._forget(request.request_id)
@@ -200,6 +206,7 @@ class SynthesisService:
         self.metrics.inflight_requests.set(len(self._jobs))
         log.info("accepted", extra={"request_id": request.request_id, "chunks": accepted.chunks,
                                     "stream": request.stream, "voice": request.voice is not None})
+        loop.call_soon(self._flow, job)  # after the caller has used `accepted`, before it next awaits
         return accepted
 
     def _forget(self, request_id: str) -> None:
@@ -240,7 +247,16 @@ class SynthesisService:
         """Count a request refused before it reached an engine."""
         self.metrics.rejected(endpoint, code)
 
+    def _flow(self, job: _Job) -> None:
+        """The events held until the caller had its `Accepted`, in order; later ones flow."""
+        early, job.early = job.early, None
+        for event in early or ():
+            self._on_event(job, event)
+
     def _on_event(self, job: _Job, event: EngineEvent) -> None:
+        if job.early is not None:
+            job.early.append(event)
+            return
         try:
             finished = job.on_event(event)
         except Exception:  # a consumer's failure must not lose the bookkeeping

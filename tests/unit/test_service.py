@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 
+import numpy as np
 import pytest
 from litestar.testing import TestClient
 
 from server.app import create_app
 from server.config import ServerConfig
-from server.engine.types import ChunkAudio, Finished, Progress, SynthesisRequest
+from server.engine.types import Accepted, ChunkAudio, Finished, Progress, SynthesisRequest
 from server.metrics import Metrics
 from server.turns.service import ServiceError, SynthesisService
 from server.voices import VoiceStore
@@ -57,6 +58,39 @@ def test_error_drops_held_audio_and_ends_once(service):
     assert [e.outcome for e in events if isinstance(e, Finished)] == ["error"]
     text = service.metrics.render().decode()
     assert 'chorus_requests_total{endpoint="test",outcome="error"} 1.0' in text
+
+
+class SteppedBeforeAnswered(FakeEngine):
+    """Runs a request to its end before `submit` returns: its events reach the event loop ahead
+    of its `Accepted`, as a real engine's do when it steps while the plan's answer crosses
+    from the planner thread."""
+
+    def submit(self, request, sink) -> Accepted:
+        sink(Progress(request.request_id, 0, 1, 1, 1.0))
+        sink(ChunkAudio(request.request_id, 0, np.zeros(100, np.float32), self.sample_rate, final=True))
+        sink(Finished(request.request_id, "done", None, 100 / 24000, 1.0, 2.0, 3.0))
+        return Accepted(request.request_id, 1, [1.0])
+
+
+def test_no_event_reaches_the_caller_before_it_has_its_accepted(tmp_path):
+    service = SynthesisService(SteppedBeforeAnswered(), VoiceStore(tmp_path / "v"), Metrics(), max_queue=4)
+
+    async def go() -> list[str]:
+        seen: list[str] = []
+        done = asyncio.Event()
+
+        def deliver(event) -> None:
+            seen.append(type(event).__name__)
+            if isinstance(event, Finished):
+                done.set()
+
+        await service.submit(SynthesisRequest("r1", "Hi."), deliver, "test")
+        seen.append("accepted")  # what a door sends first, before it next awaits
+        await done.wait()
+        return seen
+
+    assert asyncio.run(go()) == ["accepted", "Progress", "ChunkAudio", "Finished"]
+    assert service.inflight == 0
 
 
 def test_rejections_and_busy(service):
