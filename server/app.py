@@ -177,7 +177,8 @@ def create_app(cfg: ServerConfig, engine: Engine | None = None, owns_engine: boo
 
 async def drain(app: Litestar, seconds: float, hurry: asyncio.Event | None = None) -> None:
     """Graceful shutdown, before the server stops: readiness goes false, new work is refused
-    (`busy`, HTTP 503 + Retry-After), requests in flight get up to `seconds` (or until
+    (`busy`, HTTP 503 + Retry-After), job items in flight go back to the queue at once (they
+    are not a client's to wait for), requests in flight get up to `seconds` (or until
     `hurry` is set) to finish, the rest are cancelled, and once every request has sent its
     end, each WebSocket is closed (1001) after its queued frames reach a client that reads
     them, till the same window ends (what is still queued then is replaced by `cancelled`)."""
@@ -190,6 +191,8 @@ async def drain(app: Litestar, seconds: float, hurry: asyncio.Event | None = Non
     service.start_draining()
     log.info("shutting down: not ready, taking no new work", extra={"inflight": service.inflight,
                                                                       "drain_s": seconds})
+    if (jobs := state.get("jobs")) is not None:  # job items are not waited for: any server makes them again
+        await jobs.give_back()
     if not await service.wait_idle(seconds, hurry):
         log.warning("drain deadline passed: cancelling what is left", extra={"inflight": service.inflight})
         service.cancel_all()

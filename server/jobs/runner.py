@@ -114,14 +114,17 @@ class JobRunner:
         """Stop claiming, give the items in flight back to the queue, end their turns."""
         for task in self._tasks:
             task.cancel()
-        await self._give_back()
+        await self.give_back()
         tasks = [item.task for item in self._items.values() if item.task is not None]
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=wait_s)
             for task in pending:
                 task.cancel()
 
-    async def _give_back(self) -> None:
+    async def give_back(self) -> None:
+        """The items in flight back to the queue, their turns ended: on a drain, at once (another
+        server, or this one's next start, makes them again); any claimed after are given back by
+        the claiming loop, which stops once it sees the drain."""
         items = [item for item in self._items.values() if item.stopped is None]
         for item in items:
             item.stopped = "released"  # before the store hears of it: a turn that ends now writes nothing
@@ -143,7 +146,7 @@ class JobRunner:
         while True:
             self._wake.clear()
             if self.service.draining:  # no new work; what is in flight goes back to the queue
-                await self._give_back()
+                await self.give_back()
                 return
             free = self.settings.concurrency - len(self._items)
             if free > 0 and loop.time() >= self._held_back_until:
