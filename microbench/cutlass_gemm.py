@@ -2,6 +2,10 @@
 
     python -m microbench.cutlass_build --out .cutlass-build/libchorus_cutlass.so   # nvcc, no GPU
     python -m microbench.cutlass_gemm --lib .cutlass-build/libchorus_cutlass.so --out cutlass.json
+    python -m microbench.cutlass_gemm --kind cute --lib .cute-build/libchorus_cute.so --out cute.json
+
+`--kind cute` times the CuTe DSL kernels of `microbench/cute_configs.py` instead (built by
+`microbench.cute_build`, the same entry points) with the same harness.
 
 The four projections (QKV 1024 -> 4096, O 2048 -> 1024, gate-up 1024 -> 6144, down
 3072 -> 1024) at 135, 535 and 1088 rows, each call on its own of 28 weight copies, 28 calls a
@@ -58,12 +62,33 @@ from microbench.sweeps import cuda_sweep_parser, per_layer_us
 CHECK_REL_ERR = 1e-2  # bf16 operands land between 1e-3 and 1e-2; NaN never passes
 
 
+KINDS = {
+    "cutlass": "python -m microbench.cutlass_build --out LIB (CUTLASS 4.5 headers of FlashInfer 0.6.15.post1, "
+               "nvcc 13.0, sm_90a)",
+    "cute": "CUTE_DSL_ARCH=sm_90a python -m microbench.cute_build export --out DIR (nvidia-cutlass-dsl 4.8.1, "
+            "no GPU); python -m microbench.cute_build link --dir DIR --runtime libcuda_dialect_runtime_static.a",
+}
+
+
+def configs_of(kind: str) -> dict:
+    """The configurations a library of `kind` holds, by name."""
+    if kind == "cute":
+        from microbench.cute_configs import CUTE_CONFIGS
+
+        return {c.name: c for c in CUTE_CONFIGS}
+    return {c.name: c for c in CONFIGS}
+
+
 class Library:
     """The built library's kernels, called with raw device pointers on the current stream."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, kind: str = "cutlass"):
         self.lib = ctypes.CDLL(os.path.abspath(path))
-        self.names = [c.name for c in CONFIGS if hasattr(self.lib, f"{c.name}_run")]
+        self.names = [name for name in configs_of(kind) if hasattr(self.lib, f"{name}_run")]
+        if hasattr(self.lib, "chorus_cute_load"):  # modules load before any graph is captured
+            status = self.lib.chorus_cute_load()
+            if status:
+                raise RuntimeError(f"loading the CuTe DSL kernels failed (CUDA error {status})")
         for name in self.names:
             run = getattr(self.lib, f"{name}_run")
             run.restype = ctypes.c_int
@@ -165,8 +190,8 @@ def probe(args) -> int:
     finished sweep's confirmation, each twice (the second is the one to read), in printed order."""
     with open(args.probe_from) as f:
         picks = [c for c in json.load(f)["confirm"] if c["rows"] in GO_ROWS]
-    b = Bench(Library(args.lib))
-    cfgs = {c.name: c for c in CONFIGS}
+    b = Bench(Library(args.lib, args.kind))
+    cfgs = configs_of(args.kind)
     for c in picks:
         proj, m = c["projection"], c["rows"]
         es = engine_splits(m) if proj in NARROW else 1
@@ -218,10 +243,11 @@ def chain_again(args) -> int:
     projection's best kernels launched with PDL call after call."""
     with open(args.chain_from) as f:
         sweep = json.load(f)
-    b = Bench(Library(args.lib))
-    configs = {c.name: c for c in CONFIGS}
+    b = Bench(Library(args.lib, args.kind))
+    configs = configs_of(args.kind)
     doc = {"meta": {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "from": args.chain_from,
-                    "command": "python -m microbench.cutlass_gemm --lib LIB --chain-from SWEEP --out OUT"}}
+                    "command": f"python -m microbench.cutlass_gemm --kind {args.kind} --lib LIB --chain-from SWEEP "
+                               "--out OUT"}}
     doc["chain"] = chain(b, configs, sweep["confirm"], args.rows, rounds=5)
     _write(args.out, doc)
     doc["pdl_per_call"] = pdl_per_call(b, configs, sweep, args.rows)
@@ -240,16 +266,15 @@ def child(args) -> int:
         with open(args.out) as f:
             doc = json.load(f)
         doc["excluded"] = args.exclude
-    lib = Library(args.lib)
+    lib = Library(args.lib, args.kind)
     b = Bench(lib)
-    configs = {c.name: c for c in CONFIGS if c.name in lib.names and c.name not in args.exclude
-               and (not args.configs or c.name in args.configs)}
+    configs = {name: c for name, c in configs_of(args.kind).items() if name in lib.names
+               and name not in args.exclude and (not args.configs or name in args.configs)}
     doc["meta"] = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
                    "cuda": torch.version.cuda, "layers": LAYERS, "rows": args.rows,
-                   "command": "python -m microbench.cutlass_gemm --lib LIB --out OUT"
+                   "command": f"python -m microbench.cutlass_gemm --kind {args.kind} --lib LIB --out OUT"
                               + (" --rows " + " ".join(map(str, args.rows)) if list(args.rows) != list(ROWS) else ""),
-                   "build": "python -m microbench.cutlass_build --out LIB (CUTLASS 4.5 headers of FlashInfer "
-                            "0.6.15.post1, nvcc 13.0, sm_90a)",
+                   "kind": args.kind, "build": KINDS[args.kind],
                    "timing": "median us a call, 28 calls (one weight copy each) a CUDA graph, 15 replays",
                    "configs": len(configs)}
     done = {_key(r) for r in doc["records"]}
@@ -376,6 +401,10 @@ def chain(b: Bench, configs, confirmed: list[dict], rows_list, rounds: int = 3) 
 def main(argv: list[str] | None = None) -> int:
     p = cuda_sweep_parser("microbench.cutlass_gemm", __doc__)
     p.add_argument("--lib", required=True, help="the library `python -m microbench.cutlass_build` wrote")
+    p.add_argument("--kind", choices=sorted(KINDS), default="cutlass",
+                   help="cute: the CuTe DSL kernels `python -m microbench.cute_build` linked")
+    p.add_argument("--child-timeout-s", type=float, default=240,
+                   help="a sweep child silent this long past its budget is taken for hung and killed")
     p.add_argument("--rows", type=int, nargs="+", default=list(ROWS))
     p.add_argument("--configs", nargs="*", default=[], help="only these configurations")
     p.add_argument("--budget-s", type=float, default=400, help="stop timing new configurations after this")
@@ -407,7 +436,11 @@ def main(argv: list[str] | None = None) -> int:
         cmd += ["--exclude", *exclude] if exclude else []
         cmd += ["--resume"] if attempt else []
         cmd += [] if args.chain else ["--no-chain"]
-        rc = subprocess.run(cmd).returncode
+        cmd += ["--kind", args.kind]
+        try:
+            rc = subprocess.run(cmd, timeout=max(budget, 1.0) + args.child_timeout_s).returncode
+        except subprocess.TimeoutExpired:  # a kernel that never finishes: left out like one that faults
+            rc = -9
         if rc == 0:
             return 0
         try:

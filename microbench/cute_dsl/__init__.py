@@ -1,0 +1,1 @@
+"""CuTe DSL kernels for `microbench.cute_build` (imports the DSL: nvidia-cutlass-dsl)."""
