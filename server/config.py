@@ -33,6 +33,9 @@ class EngineSettings:
     # deadline: refuse (busy) a new line or stream turn when the realtime work held would need
     # twice what the engine can do (scheduling/headroom.py); off unless `--realtime-admission on`
     realtime_admission: bool = False
+    # with the admission on, a new line or stream turn whose first audio the engine could not give
+    # within this many ms, on the steps it would share, is refused too (scheduling/first_audio.py)
+    realtime_promise_ms: float = 250.0
     # steps up to this many packed tokens replay CUDA graphs captured at start (0: none)
     graph_max_tokens: int = 8192
     quantize: str | None = None  # None (the checkpoint's dtype) | "fp8" (Hopper: projections in FP8)

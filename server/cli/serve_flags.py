@@ -93,7 +93,8 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--realtime-admission", choices=["on", "off"], default="off",
                        help="deadline scheduling: answer busy (with a retry hint) to a new line or stream turn "
                             "when the realtime work already accepted would need twice what the engine can do "
-                            "(off by default: it refuses too early; docs/performance.md has its measurement)")
+                            "(off by default: it refuses too early; docs/performance.md has its measurement), "
+                            "or when its first audio could not come within --realtime-promise-ms")
     serve.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS,
                        default=(envs.CHORUS_LOG_LEVEL or "info").lower(),
                        help="log detail; debug also shows the traceback of a failed start ($CHORUS_LOG_LEVEL)")

@@ -39,8 +39,9 @@ def measured(s, rate: float = RATE, steps: int = MIN_STEPS):
     return s
 
 
-def line(num_step: int = 32, stream: str = "chunk", due_at: float | None = None):
-    return SimpleNamespace(stream=stream, due_at=due_at, options=SimpleNamespace(num_step=num_step))
+def line(num_step: int = 32, stream: str = "chunk", due_at: float | None = None, request_id: str = "line"):
+    return SimpleNamespace(stream=stream, due_at=due_at, options=SimpleNamespace(num_step=num_step),
+                           request_id=request_id)
 
 
 def admission_scheduler(**kw):
@@ -168,6 +169,48 @@ def test_a_server_over_its_promises_answers_busy_with_retry_after(admitting_serv
         return out
 
     assert asyncio.run(asyncio.wait_for(again(), 120)).end["type"] == "done"
+
+
+def test_a_turn_whose_first_audio_would_miss_the_promise_is_answered_busy(admitting_server):
+    """The first-audio rule through a real server: its engine's step cost set as if every step took
+    a second, a new line and a stream's first segment are refused `busy` with a hint (the promise
+    is 250 ms); with a promise that step cost keeps, the same line is served."""
+    from server.engine.scheduling.first_audio import StepCost
+
+    server, engine = admitting_server
+    first_audio, headroom = engine.scheduler.first_audio, engine.scheduler.headroom
+    headroom.steps, headroom.best_rate = MIN_STEPS, 1e12  # the headroom rule has room: only this one refuses
+    slow = StepCost()
+    for _ in range(MIN_STEPS):
+        slow.observe(1000, 1.0)
+    first_audio.cost, promise = slow, first_audio.promise_s
+    assert promise == 0.25  # `--realtime-promise-ms`'s default
+
+    async def refused():
+        s = await Session.open(server.ws_url)
+        await s.synthesize("line", "Hello there, this is a line.", options={"num_step": 4})
+        line_error = await s.expect_error("busy", "line")
+        await s.send({"type": "stream_open", "id": "turn", "options": {"num_step": 4}})
+        await s.send({"type": "stream_append", "id": "turn", "text": "Sure, here it is. "})
+        turn_error = await s.expect_error("busy", "turn")
+        await s.close()
+        return line_error, turn_error
+
+    try:
+        for frame in asyncio.run(asyncio.wait_for(refused(), 120)):
+            assert "first audio" in frame["message"] and RETRY_MIN_S * 1000 <= frame["retry_after_ms"], frame
+        first_audio.promise_s = 1e9
+
+        async def served():
+            s = await Session.open(server.ws_url)
+            await s.synthesize("line2", "Hello there, this is a line.", options={"num_step": 4})
+            out = (await s.collect(["line2"]))["line2"]
+            await s.close()
+            return out
+
+        assert asyncio.run(asyncio.wait_for(served(), 120)).end["type"] == "done"
+    finally:
+        first_audio.cost, first_audio.promise_s = StepCost(), promise
 
 
 def test_a_full_queue_refuses_new_turns_but_never_cuts_a_taken_one_short(shared_engine, tiny_checkpoint, tmp_path):

@@ -73,9 +73,9 @@ class EngineLoop:
         self.runner = StepRunner.for_model(model, settings.attention, settings.max_packed_tokens, settings.quantize,
                                            settings.graph_max_tokens, backbone=backbone, observer=observer)
         self.frame_rate: int = model.audio_tokenizer.config.frame_rate
-        self.scheduler: Scheduler[Utterance] = Scheduler(
-            settings.max_batch_size, settings.max_packed_tokens, settings.scheduling, self.frame_rate,
-            urgent_step_tokens=settings.urgent_step_tokens, admission=settings.realtime_admission)
+        self.scheduler: Scheduler[Utterance] = Scheduler(settings.max_batch_size, settings.max_packed_tokens,
+            settings.scheduling, self.frame_rate, urgent_step_tokens=settings.urgent_step_tokens,
+            admission=settings.realtime_admission, promise_s=settings.realtime_promise_ms / 1000)
         self.codec = Codec(model)
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self.voice_encoder = VoiceEncoder(self.codec, self.device)

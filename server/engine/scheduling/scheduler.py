@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Generic
 
 from server.engine.scheduling import deadlines
+from server.engine.scheduling.first_audio import FirstAudioAdmission
 from server.engine.scheduling.headroom import Headroom, need
 from server.engine.scheduling.hold_budget import HOLD_SHARE, HoldBudget
 from server.engine.scheduling.output import ScheduledBatch
@@ -43,7 +44,7 @@ class Scheduler(Generic[S]):
 
     def __init__(self, max_batch_size: int, max_packed_tokens: int, policy: str = "fifo", frame_rate: int = 25,
                  horizon_s: float = deadlines.HORIZON_S, urgent_step_tokens: int | None = None,
-                 hold_share: float = HOLD_SHARE, admission: bool = False):
+                 hold_share: float = HOLD_SHARE, admission: bool = False, promise_s: float | None = None):
         if policy not in POLICIES:
             raise ValueError(f"scheduling must be one of {', '.join(POLICIES)}, not {policy!r}")
         self.max_batch_size = max_batch_size
@@ -59,6 +60,9 @@ class Scheduler(Generic[S]):
         self.awaited: dict[tuple[str, int], float] = {}  # due chunks being decoded: since when
         self.hold_budget = HoldBudget(DECODE_HOLD_MAX_S, hold_share)  # the share of time holds may idle
         self.headroom = Headroom(admission)  # what realtime promises leave free; refuses when clearly over
+        # with the admission on, a new turn whose first audio would miss `promise_s` is refused
+        self.first_audio = FirstAudioAdmission(promise_s if admission else None,
+                                               urgent_step_tokens or max_packed_tokens)
 
     def fits_alone(self, packed_len: int) -> bool:
         return packed_len <= self.max_packed_tokens
@@ -81,13 +85,16 @@ class Scheduler(Generic[S]):
         if seconds > 0:
             self.step_seconds += 0.2 * (seconds - self.step_seconds)
         self.headroom.observe_step(tokens, seconds)
+        self.first_audio.cost.observe(tokens, seconds)
 
     def admit_realtime(self, request: SynthesisRequest, first_packed_len: int, now: float) -> None:
         """A new line or stream turn (a streamed request with no `due_at`: not a stream's later
         segment, not a whole file): refused (`busy`) when the engine could not serve its first
-        chunk without breaking the deadlines it holds (`Headroom.admit`)."""
+        chunk without breaking the deadlines it holds (`Headroom.admit`), or when its first audio
+        would come after the promise (`FirstAudioAdmission.admit`, which then holds its place)."""
         if self.policy == "deadline" and request.stream != "whole" and request.due_at is None:
             self.headroom.admit(need(first_packed_len, request.options.num_step, 0.0))
+            self.first_audio.admit(request.request_id, first_packed_len, request.options.num_step, now)
 
     @property
     def running_tokens(self) -> int:
@@ -159,6 +166,9 @@ class Scheduler(Generic[S]):
         self.headroom.demand = sum(  # due - now = slack + the steps left
             need(u.packed_len, u.steps_left, slack[id(u)] + u.steps_left * self.step_seconds)
             for u in everyone if tier[id(u)] != deadlines.BATCH)
+        reserved = lambda u: u.chunk_index == 0 and self.first_audio.is_reserved(u.request_id)
+        self.first_audio.due_tokens = sum(  # streams' chunks due now (new turns' first chunks are reserved)
+            u.packed_len for u in everyone if tier[id(u)] == deadlines.URGENT and not reserved(u))
         holding = self._holding(now)  # a due chunk decodes: only what cannot wait runs
         runs = lambda u: tier[id(u)] == deadlines.URGENT and not (holding and slack[id(u)] > DECODE_HOLD_SLACK_S)
         urgent = [u for u in self.running if runs(u)]  # not paused
@@ -228,6 +238,8 @@ class Scheduler(Generic[S]):
             utt.advance()
             if utt.steps_left <= 0:
                 done.append(utt)
+                if utt.chunk_index == 0:
+                    self.first_audio.release(utt.request_id)
         self.retire(done)
         return done
 
@@ -245,6 +257,7 @@ class Scheduler(Generic[S]):
         self.running = [u for u in self.running if u.request_id != request_id]
         self.waiting = [w for w in self.waiting if w.utt.request_id != request_id]
         self.awaited = {key: t for key, t in self.awaited.items() if key[0] != request_id}
+        self.first_audio.release(request_id)
         self._forget_demand_if_idle()
         self._end_hold_if_idle(time.perf_counter() if now is None else now)
 
