@@ -171,15 +171,19 @@ def test_a_server_over_its_promises_answers_busy_with_retry_after(admitting_serv
     assert asyncio.run(asyncio.wait_for(again(), 120)).end["type"] == "done"
 
 
-def test_a_turn_whose_first_audio_would_miss_the_promise_is_answered_busy(admitting_server):
-    """The first-audio rule through a real server: its engine's step cost set as if every step took
-    a second, a new line and a stream's first segment are refused `busy` with a hint (the promise
-    is 250 ms); with a promise that step cost keeps, the same line is served."""
+def test_a_turn_whose_first_audio_would_miss_the_promise_is_answered_busy(admitting_server, monkeypatch):
+    """The first-audio rule through a real server: one first chunk taken ahead and the engine's
+    step cost set as if every step took a second, a new line and a stream's first segment are
+    refused `busy` with a hint (the promise is 250 ms); with a promise that step cost keeps,
+    the same line is served."""
+    from server.engine.scheduling import first_audio as first_audio_rule
     from server.engine.scheduling.first_audio import StepCost
 
     server, engine = admitting_server
     first_audio, headroom = engine.scheduler.first_audio, engine.scheduler.headroom
     headroom.steps, headroom.best_rate = MIN_STEPS, 1e12  # the headroom rule has room: only this one refuses
+    monkeypatch.setattr(first_audio_rule, "RESERVATION_TTL_S", 3600.0)  # however slow the machine
+    first_audio.admit("ahead", 1000, 4)  # unmeasured: taken, and held as a first chunk in flight
     slow = StepCost()
     for _ in range(MIN_STEPS):
         slow.observe(1000, 1.0)
@@ -211,6 +215,7 @@ def test_a_turn_whose_first_audio_would_miss_the_promise_is_answered_busy(admitt
         assert asyncio.run(asyncio.wait_for(served(), 120)).end["type"] == "done"
     finally:
         first_audio.cost, first_audio.promise_s = StepCost(), promise
+        first_audio.release("ahead")
 
 
 def test_a_full_queue_refuses_new_turns_but_never_cuts_a_taken_one_short(shared_engine, tiny_checkpoint, tmp_path):

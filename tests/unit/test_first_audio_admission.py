@@ -91,6 +91,13 @@ def test_the_step_cost_is_fitted_from_measured_steps():
     for _ in range(MIN_STEPS):
         one_size.observe(1000, 0.004)
     assert one_size.seconds(2000) == pytest.approx(0.008)  # proportional: never an under-estimate above
+    # only large steps measured (a server that began with whole files): small ones are read off
+    # the line through the two smallest classes, not taken to cost what a large one does
+    large = StepCost()
+    for i in range(MIN_STEPS):
+        large.observe(8000 + 200 * i, cost(8000 + 200 * i))
+    assert large.seconds(2048) == pytest.approx(cost(2048), rel=1e-6)
+    assert large.seconds(10) >= cost(8000) * 10 / 8000  # never below proportional
 
 
 def test_a_steady_stream_of_turns_is_never_refused():
@@ -134,7 +141,7 @@ def test_a_reservation_ends_with_its_first_chunk_a_drop_or_its_time():
     assert s.first_audio.reserved_tokens(RESERVATION_TTL_S + 1) == 0
 
 
-def test_nothing_is_refused_unmeasured_off_or_for_work_without_a_first_audio_promise():
+def test_nothing_is_refused_unmeasured_off_alone_or_for_work_without_a_first_audio_promise():
     unmeasured = Scheduler(max_batch_size=16, max_packed_tokens=32768, policy="deadline", urgent_step_tokens=2048,
                            admission=True, promise_s=0.001)
     off = Scheduler(max_batch_size=16, max_packed_tokens=32768, policy="deadline", urgent_step_tokens=2048,
@@ -142,8 +149,9 @@ def test_nothing_is_refused_unmeasured_off_or_for_work_without_a_first_audio_pro
     tight = admitting(promise_s=0.001)
     for s in (unmeasured, off):
         s.admit_realtime(turn(Request(arrival=0.0)), 20_000, 0.0)
+    tight.admit_realtime(turn(Request(arrival=0.0)), FIRST_LEN, 0.0)  # nothing ahead: waiting would gain nothing
     with pytest.raises(RequestRejected):
-        tight.admit_realtime(turn(Request(arrival=0.0)), FIRST_LEN, 0.0)
+        tight.admit_realtime(turn(Request(arrival=0.0)), FIRST_LEN, 0.0)  # one ahead, and over the promise
     whole = SimpleNamespace(stream="whole", due_at=None, options=SimpleNamespace(num_step=STEPS), request_id="w")
     later = SimpleNamespace(stream="chunk", due_at=3.0, options=SimpleNamespace(num_step=STEPS), request_id="s")
     tight.admit_realtime(whole, FIRST_LEN, 0.0)  # a whole file has no first-audio promise

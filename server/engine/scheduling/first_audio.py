@@ -30,7 +30,10 @@ class StepCost:
     """Seconds a step takes, by its packed tokens: each power-of-two size class keeps a running
     mean of its steps' tokens and seconds (so quiet spells of small steps do not erase what
     large steps cost); between classes the cost is read off the line through the two measured
-    neighbours, above the largest off the line through the two largest (proportional with one)."""
+    neighbours, outside them off the line through the two nearest (proportional with one).
+    Below the smallest class measured it is never more than that line says nor less than
+    proportional: a server that has only run large steps must not take small ones for dear,
+    or it would refuse every turn and never measure a small step."""
 
     def __init__(self):
         self.steps = 0
@@ -49,14 +52,19 @@ class StepCost:
         if self.steps < MIN_STEPS:
             return None
         points = sorted(self._classes.values())
-        if tokens <= points[0][0]:
-            return points[0][1]
+        proportional = points[0][1] * tokens / points[0][0]
         if len(points) == 1:
-            return points[0][1] * tokens / points[0][0]
+            return proportional
         below = [p for p in points if p[0] <= tokens]
-        (t0, s0), (t1, s1) = (below[-1], points[len(below)]) if len(below) < len(points) else points[-2:]
+        if not below:  # under every class measured
+            (t0, s0), (t1, s1) = points[:2]
+        elif len(below) < len(points):
+            (t0, s0), (t1, s1) = below[-1], points[len(below)]
+        else:
+            (t0, s0), (t1, s1) = points[-2:]
         slope = max(0.0, (s1 - s0) / (t1 - t0)) if t1 > t0 else 0.0
-        return max(s0, s0 + slope * (tokens - t0))
+        line = s0 + slope * (tokens - t0)
+        return max(proportional, line) if not below else max(s0, line)
 
 
 class FirstAudioAdmission:
@@ -100,8 +108,9 @@ class FirstAudioAdmission:
         if self.promise_s is None:
             return
         now = time.perf_counter() if now is None else now
+        ahead = self.reserved_tokens(now) + self.due_tokens
         expected = self.first_audio_s(packed_len, num_step, now)
-        if expected is not None and expected > self.promise_s:
+        if ahead and expected is not None and expected > self.promise_s:  # nothing ahead: waiting gains nothing
             self.refused_total += 1
             late = expected - self.promise_s
             retry_s = min(RETRY_MAX_S, max(RETRY_MIN_S, late))
