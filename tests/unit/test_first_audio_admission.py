@@ -136,8 +136,10 @@ def test_a_reservation_ends_with_its_first_chunk_a_drop_or_its_time():
     s.add(chunk := done.chunk(0, packed_len=FIRST_LEN))
     while not chunk.finished:
         run_step(s, 0.0)
+    s.first_audio.due_tokens = 500  # as a schedule with a stream's chunk due would have left it
     s.drop_request(dropped.state.request_id, now=0.0)
     assert s.first_audio.reserved_tokens(0.0) == FIRST_LEN  # `lost` never reached the engine
+    assert s.first_audio.due_tokens == 0  # an idle engine has nothing due
     assert s.first_audio.reserved_tokens(RESERVATION_TTL_S + 1) == 0
 
 

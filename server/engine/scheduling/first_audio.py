@@ -4,12 +4,11 @@ first chunk all its steps within the first-audio promise, on the steps it would 
 Why: the headroom (`headroom.py`) weighs rates, and in a burst (a reconnect storm: a hundred
 agents' first turns within two seconds) every first chunk is due at once and all of them run
 in the same steps, which grow with them; the newest first audio then comes after its steps at
-that size. This counts exactly that: a step's cost is affine in its packed tokens (fitted
-online from the engine's own measured steps, recent ones weighing most), and the newcomer's
-steps hold every first chunk taken and not yet done (reserved when taken, so arrivals between
-two schedules are not invisible), the streams' chunks due now, and at least one urgent step's
-worth of other work. Over the promise, `busy` with a hint of when the work ahead will have
-drained enough.
+that size. This counts exactly that: a step's cost by its packed tokens (`StepCost`, from the
+engine's own measured steps), and the newcomer's steps holding every first chunk taken and not
+yet done (reserved when taken, so arrivals between two schedules are not invisible), the
+streams' chunks due now, and at least one urgent step's worth of other work. Over the
+promise, `busy` with a hint of how late it would have been.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ import time
 from server.engine.scheduling.headroom import MIN_STEPS, RETRY_MAX_S
 from server.engine.types import RequestRejected
 
-DECAY = 0.98  # each measured step's weight in the fit after the next one
+DECAY = 0.98  # a size class's running mean keeps this much of itself at each step of its size
 DELIVERY_S = 0.03  # a first chunk's decode, post-processing and delivery on top of its steps
 RETRY_MIN_S = 0.1
 RESERVATION_TTL_S = 10.0  # a reservation whose chunk never reported back is dropped after this
@@ -69,7 +68,9 @@ class StepCost:
 
 class FirstAudioAdmission:
     """Reservations of first chunks in flight, and the admission that reads them. `admit` runs
-    on a caller's thread; `release` and `observe_step` on the engine thread."""
+    on a caller's thread; `release` and the cost's `observe` on the engine thread. A request
+    refused after its reservation (by the audio budget, or a server closing) is never released
+    by the engine: its reservation lapses after `RESERVATION_TTL_S`."""
 
     def __init__(self, promise_s: float | None, urgent_step_tokens: int):
         self.promise_s = promise_s  # None: never refuses
@@ -104,7 +105,7 @@ class FirstAudioAdmission:
 
     def admit(self, request_id: str, packed_len: int, num_step: int, now: float | None = None) -> None:
         """Reserve the first chunk's place, or refuse `busy` when its first audio would come
-        after the promise; the hint: the time for the work ahead to shrink to what fits."""
+        after the promise with work ahead of it; the hint: how late it would have been."""
         if self.promise_s is None:
             return
         now = time.perf_counter() if now is None else now

@@ -251,6 +251,7 @@ class Scheduler(Generic[S]):
     def _forget_demand_if_idle(self) -> None:
         if not self.running and not self.waiting:
             self.headroom.demand = 0.0  # nothing held: nothing promised (no schedule runs to say so)
+            self.first_audio.due_tokens = 0
 
     def drop_request(self, request_id: str, now: float | None = None) -> None:
         """Remove every utterance of a request (cancel / failure)."""
