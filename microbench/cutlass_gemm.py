@@ -404,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kind", choices=sorted(KINDS), default="cutlass",
                    help="cute: the CuTe DSL kernels `python -m microbench.cute_build` linked")
     p.add_argument("--child-timeout-s", type=float, default=240,
-                   help="a sweep child silent this long past its budget is taken for hung and killed")
+                   help="a sweep child still running this long past its budget is taken for hung and killed")
     p.add_argument("--rows", type=int, nargs="+", default=list(ROWS))
     p.add_argument("--configs", nargs="*", default=[], help="only these configurations")
     p.add_argument("--budget-s", type=float, default=400, help="stop timing new configurations after this")
