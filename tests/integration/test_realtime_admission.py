@@ -130,10 +130,8 @@ def admitting_server(tiny_checkpoint, tmp_path_factory):
     pool.stop()
 
 
-def test_a_server_over_its_promises_answers_busy_with_retry_after(admitting_server):
-    server, engine = admitting_server
-    headroom = engine.scheduler.headroom
-    headroom.steps, headroom.best_rate = MIN_STEPS, 1.0  # as if measured on a very slow device
+def _line_and_turn_refused(server) -> tuple[dict, dict]:
+    """A new line and a stream's first segment, each answered `busy`: their error frames."""
 
     async def main():
         s = await Session.open(server.ws_url)
@@ -145,8 +143,27 @@ def test_a_server_over_its_promises_answers_busy_with_retry_after(admitting_serv
         await s.close()
         return line_error, turn_error
 
-    line_error, turn_error = asyncio.run(asyncio.wait_for(main(), 120))
-    for frame in (line_error, turn_error):
+    return asyncio.run(asyncio.wait_for(main(), 120))
+
+
+def _line_end(server, request_id: str) -> dict:
+    """The end frame of one new line."""
+
+    async def main():
+        s = await Session.open(server.ws_url)
+        await s.synthesize(request_id, "Hello there, this is a line.", options={"num_step": 4})
+        out = (await s.collect([request_id]))[request_id]
+        await s.close()
+        return out
+
+    return asyncio.run(asyncio.wait_for(main(), 120)).end
+
+
+def test_a_server_over_its_promises_answers_busy_with_retry_after(admitting_server):
+    server, engine = admitting_server
+    headroom = engine.scheduler.headroom
+    headroom.steps, headroom.best_rate = MIN_STEPS, 1.0  # as if measured on a very slow device
+    for frame in _line_and_turn_refused(server):
         assert RETRY_MIN_S * 1000 <= frame["retry_after_ms"] <= RETRY_MAX_S * 1000, frame
     reply = httpx.post(server.url + "/v1/audio/speech", json={"model": "x", "input": "Hello there.",
                                                                 "response_format": "wav", "num_step": 4},
@@ -160,15 +177,7 @@ def test_a_server_over_its_promises_answers_busy_with_retry_after(admitting_serv
     assert flac.status_code == 200
     assert metric_value(server.url, "chorus_realtime_headroom") <= 1.0
     headroom.best_rate = 1e12  # a fast engine: the same line is served
-
-    async def again():
-        s = await Session.open(server.ws_url)
-        await s.synthesize("line2", "Hello there, this is a line.", options={"num_step": 4})
-        out = (await s.collect(["line2"]))["line2"]
-        await s.close()
-        return out
-
-    assert asyncio.run(asyncio.wait_for(again(), 120)).end["type"] == "done"
+    assert _line_end(server, "line2")["type"] == "done"
 
 
 def test_a_turn_whose_first_audio_would_miss_the_promise_is_answered_busy(admitting_server, monkeypatch):
@@ -189,30 +198,11 @@ def test_a_turn_whose_first_audio_would_miss_the_promise_is_answered_busy(admitt
         slow.observe(1000, 1.0)
     first_audio.cost, promise = slow, first_audio.promise_s
     assert promise == 0.25  # `--realtime-promise-ms`'s default
-
-    async def refused():
-        s = await Session.open(server.ws_url)
-        await s.synthesize("line", "Hello there, this is a line.", options={"num_step": 4})
-        line_error = await s.expect_error("busy", "line")
-        await s.send({"type": "stream_open", "id": "turn", "options": {"num_step": 4}})
-        await s.send({"type": "stream_append", "id": "turn", "text": "Sure, here it is. "})
-        turn_error = await s.expect_error("busy", "turn")
-        await s.close()
-        return line_error, turn_error
-
     try:
-        for frame in asyncio.run(asyncio.wait_for(refused(), 120)):
+        for frame in _line_and_turn_refused(server):
             assert "first audio" in frame["message"] and frame["retry_after_ms"] >= RETRY_MIN_S * 1000, frame
         first_audio.promise_s = 1e9
-
-        async def served():
-            s = await Session.open(server.ws_url)
-            await s.synthesize("line2", "Hello there, this is a line.", options={"num_step": 4})
-            out = (await s.collect(["line2"]))["line2"]
-            await s.close()
-            return out
-
-        assert asyncio.run(asyncio.wait_for(served(), 120)).end["type"] == "done"
+        assert _line_end(server, "line3")["type"] == "done"
     finally:
         first_audio.cost, first_audio.promise_s = StepCost(), promise
         first_audio.release("ahead")
