@@ -81,9 +81,10 @@ class FirstAudioAdmission:
         self._lock = threading.Lock()
         self._reserved: dict[str, tuple[int, float]] = {}  # request id -> (first chunk's tokens, when taken)
 
-    def is_reserved(self, request_id: str) -> bool:
+    def reserved_ids(self) -> frozenset[str]:
+        """The requests whose first chunks are reserved (one look for a whole schedule)."""
         with self._lock:
-            return request_id in self._reserved
+            return frozenset(self._reserved)
 
     def reserved_tokens(self, now: float) -> int:
         with self._lock:
@@ -97,10 +98,10 @@ class FirstAudioAdmission:
         with self._lock:
             self._reserved.pop(request_id, None)
 
-    def first_audio_s(self, packed_len: int, num_step: int, now: float) -> float | None:
-        """When a new first chunk of `packed_len` tokens would be heard, taken now (None until measured)."""
-        tokens = max(self.urgent_step_tokens, self.reserved_tokens(now) + self.due_tokens + packed_len)
-        step = self.cost.seconds(tokens)
+    def first_audio_s(self, packed_len: int, num_step: int, ahead: int) -> float | None:
+        """When a new first chunk of `packed_len` tokens would be heard, taken now behind `ahead`
+        tokens of work due (None until measured)."""
+        step = self.cost.seconds(max(self.urgent_step_tokens, ahead + packed_len))
         return None if step is None else num_step * step + DELIVERY_S
 
     def admit(self, request_id: str, packed_len: int, num_step: int, now: float | None = None) -> None:
@@ -110,7 +111,7 @@ class FirstAudioAdmission:
             return
         now = time.perf_counter() if now is None else now
         ahead = self.reserved_tokens(now) + self.due_tokens
-        expected = self.first_audio_s(packed_len, num_step, now)
+        expected = self.first_audio_s(packed_len, num_step, ahead)
         if ahead and expected is not None and expected > self.promise_s:  # nothing ahead: waiting gains nothing
             self.refused_total += 1
             late = expected - self.promise_s

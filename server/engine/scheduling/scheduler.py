@@ -166,7 +166,8 @@ class Scheduler(Generic[S]):
         self.headroom.demand = sum(  # due - now = slack + the steps left
             need(u.packed_len, u.steps_left, slack[id(u)] + u.steps_left * self.step_seconds)
             for u in everyone if tier[id(u)] != deadlines.BATCH)
-        reserved = lambda u: u.chunk_index == 0 and self.first_audio.is_reserved(u.request_id)
+        reserved_ids = self.first_audio.reserved_ids()
+        reserved = lambda u: u.chunk_index == 0 and u.request_id in reserved_ids
         self.first_audio.due_tokens = sum(  # streams' chunks due now (new turns' first chunks are reserved)
             u.packed_len for u in everyone if tier[id(u)] == deadlines.URGENT and not reserved(u))
         holding = self._holding(now)  # a due chunk decodes: only what cannot wait runs
