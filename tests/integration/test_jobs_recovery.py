@@ -68,6 +68,22 @@ def _kill(server: ChorusServer) -> None:
     server.stop()  # the log closed; the port kept for a restart
 
 
+def _kill_holding_items(server: ChorusServer, ready, held_by_server, what: str) -> set[int]:
+    """Kill `server` while it holds items, and return them. An item of two steps is over in
+    moments, so between seeing the server hold one and killing it, it may finish that item and
+    be between claims. The server is frozen (SIGSTOP) first and killed only while its committed
+    rows say it holds items; a frozen process commits nothing more, so what it held is exact."""
+    for _ in range(20):
+        poll_until(ready, what, 240)
+        server.send_signal(signal.SIGSTOP)
+        if held := held_by_server():
+            _kill(server)
+            assert held_by_server() == held
+            return held
+        server.send_signal(signal.SIGCONT)
+    raise AssertionError(f"{what}: never seen holding an item while frozen")
+
+
 def _archive_decodes(server: ChorusServer, job_id: str) -> None:
     archive = httpx.get(f"{server.url}/v1/jobs/{job_id}/archive", timeout=60)
     with zipfile.ZipFile(io.BytesIO(archive.content)) as z:
@@ -93,11 +109,11 @@ def test_a_job_survives_its_server_killed_mid_job(tiny_checkpoint, tmp_path):
             running = rows("SELECT count(*) FROM job_items WHERE state = 'running'")[0][0]
             return 5 <= done <= ITEMS - 10 and running > 0
 
-        poll_until(mid_job, "the job half-way with items in flight", 240)
-        _kill(server)
-        in_flight = {n for (n,) in rows("SELECT n FROM job_items WHERE state = 'running'")}
+        in_flight = _kill_holding_items(
+            server, mid_job, lambda: {n for (n,) in rows("SELECT n FROM job_items WHERE state = 'running'")},
+            "the job half-way with items in flight")
         done_at_kill = {n for (n,) in rows("SELECT n FROM job_items WHERE state = 'done'")}
-        assert in_flight and len(done_at_kill) < ITEMS
+        assert len(done_at_kill) < ITEMS
 
         server.start()
         view = _finished(server, job_id)
@@ -135,11 +151,11 @@ def test_a_replica_killed_mid_item_leaves_its_items_to_the_other(tiny_checkpoint
                                 "GROUP BY 1", a_worker))
             return 3 <= done <= ITEMS - 10 and workers.get(True, 0) > 0 and workers.get(False, 0) > 0
 
-        poll_until(both_working, "both replicas making items of the job", 240)
-        _kill(a)
-        held = {n for (n,) in rows("SELECT n FROM chorus_job_items WHERE state = 'running' AND worker LIKE %s",
-                                   a_worker)}
-        assert held
+        held = _kill_holding_items(
+            a, both_working,
+            lambda: {n for (n,) in rows("SELECT n FROM chorus_job_items WHERE state = 'running' AND worker LIKE %s",
+                                        a_worker)},
+            "both replicas making items of the job")
         done_at_kill = {n for (n,) in rows("SELECT n FROM chorus_job_items WHERE state = 'done'")}
 
         view = _finished(b, job_id)
