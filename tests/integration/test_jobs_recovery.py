@@ -68,20 +68,26 @@ def _kill(server: ChorusServer) -> None:
     server.stop()  # the log closed; the port kept for a restart
 
 
-def _kill_holding_items(server: ChorusServer, ready, held_by_server, what: str) -> set[int]:
-    """Kill `server` while it holds items, and return them. An item of two steps is over in
-    moments, so between seeing the server hold one and killing it, it may finish that item and
-    be between claims. The server is frozen (SIGSTOP) first and killed only while its committed
-    rows say it holds items; a frozen process commits nothing more, so what it held is exact."""
+def _frozen_holding_items(server: ChorusServer, ready, held_by_server, what: str) -> set[int]:
+    """Freeze `server` (SIGSTOP) at a moment it holds items, and return them; the caller ends it.
+    An item of two steps is over in moments, so between seeing the server hold one and
+    signalling it, it may finish that item and be between claims. Frozen, it commits nothing
+    more, so what its committed rows say it holds stays exact until it is let go."""
     for _ in range(20):
         poll_until(ready, what, 240)
         server.send_signal(signal.SIGSTOP)
         if held := held_by_server():
-            _kill(server)
-            assert held_by_server() == held
             return held
         server.send_signal(signal.SIGCONT)
     raise AssertionError(f"{what}: never seen holding an item while frozen")
+
+
+def _kill_holding_items(server: ChorusServer, ready, held_by_server, what: str) -> set[int]:
+    """SIGKILL `server` while it holds items, and return what it held."""
+    held = _frozen_holding_items(server, ready, held_by_server, what)
+    _kill(server)
+    assert held_by_server() == held
+    return held
 
 
 def _archive_decodes(server: ChorusServer, job_id: str) -> None:
@@ -185,8 +191,12 @@ def test_a_server_stopping_gives_its_items_back_to_the_queue(tiny_checkpoint, tm
 
     try:
         job_id = httpx.post(f"{server.url}/v1/jobs", json={"items": _items(16)}, timeout=30).json()["id"]
-        poll_until(lambda: rows("SELECT count(*) FROM job_items WHERE state = 'running'")[0][0] > 0
-                   and rows("SELECT count(*) FROM job_items WHERE state = 'done'")[0][0] >= 2, "items in flight", 240)
+        _frozen_holding_items(
+            server, lambda: rows("SELECT count(*) FROM job_items WHERE state = 'done'")[0][0] >= 2,
+            lambda: {n for (n,) in rows("SELECT n FROM job_items WHERE state = 'running'")}, "items in flight")
+        server.send_signal(signal.SIGTERM)  # taken as it wakes, with its items still in flight
+        server.send_signal(signal.SIGCONT)
+        server.wait(60)
         assert server.stop() == 0
         assert rows("SELECT count(*) FROM job_items WHERE state = 'running' OR lapses > 0") == [(0,)]
         assert "job items given back to the queue" in server.log()
